@@ -1,0 +1,1 @@
+"""Camera intrinsics, hand-eye extrinsics and sim-camera alignment."""

@@ -1,0 +1,176 @@
+"""The env contract: what every env, simulated or real, tells the trainer about itself.
+
+Pure Python + numpy so that the robot agent can import it without any heavy dependency.
+
+Observation layout (one env):
+    {"images": {camera_name: uint8[H, W, 3]}, "state": float32[D], "instruction": str}
+Batched layout (N envs): the same keys with a leading N axis, and a list of N instructions.
+Actions are float32[action_dim] for one step or float32[chunk, action_dim] for a chunk.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+# Action kinds that envs and drivers understand.
+EE_DELTA_POSE_GRIPPER = "ee_delta_pose+gripper"
+JOINT_POSITION = "joint_position"
+ACTION_KINDS = (EE_DELTA_POSE_GRIPPER, JOINT_POSITION)
+
+
+@dataclass(frozen=True)
+class CameraSpec:
+    """One named camera: image height, width and frame rate."""
+
+    name: str
+    height: int
+    width: int
+    fps: float
+
+    @property
+    def shape(self) -> tuple[int, int, int]:
+        return (self.height, self.width, 3)
+
+
+@dataclass(frozen=True)
+class StateField:
+    """A named slice of the state vector, e.g. ``StateField("ee_pos", 3)``."""
+
+    name: str
+    size: int
+
+
+@dataclass(frozen=True)
+class ActionSpace:
+    """The action space: its kind, per-dimension names and bounds."""
+
+    kind: str
+    names: tuple[str, ...]
+    low: tuple[float, ...]
+    high: tuple[float, ...]
+
+    def __post_init__(self) -> None:
+        if self.kind not in ACTION_KINDS:
+            raise ValueError(f"action kind {self.kind!r} is not one of {ACTION_KINDS}")
+        if not (len(self.names) == len(self.low) == len(self.high)):
+            raise ValueError(
+                f"action names/low/high lengths differ: {len(self.names)}/{len(self.low)}/{len(self.high)}"
+            )
+        for i, (lo, hi) in enumerate(zip(self.low, self.high)):
+            if not lo < hi:
+                raise ValueError(f"action bound {i} ({self.names[i]}): low {lo} >= high {hi}")
+
+    @property
+    def dim(self) -> int:
+        return len(self.names)
+
+    def low_array(self) -> np.ndarray:
+        return np.asarray(self.low, dtype=np.float32)
+
+    def high_array(self) -> np.ndarray:
+        return np.asarray(self.high, dtype=np.float32)
+
+
+@dataclass(frozen=True)
+class EnvSpec:
+    """Everything the trainer needs to know about an env: the single source of shapes."""
+
+    name: str
+    cameras: tuple[CameraSpec, ...]
+    state_fields: tuple[StateField, ...]
+    action: ActionSpace
+    control_hz: float
+    instruction: str
+    max_episode_steps: int
+    metadata: Mapping[str, Any] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        names = [c.name for c in self.cameras]
+        if len(set(names)) != len(names):
+            raise ValueError(f"camera names must be unique, got {names}")
+        fields = [f.name for f in self.state_fields]
+        if len(set(fields)) != len(fields):
+            raise ValueError(f"state field names must be unique, got {fields}")
+        if self.control_hz <= 0:
+            raise ValueError(f"control_hz must be > 0, got {self.control_hz}")
+        if self.max_episode_steps <= 0:
+            raise ValueError(f"max_episode_steps must be > 0, got {self.max_episode_steps}")
+
+    @property
+    def state_dim(self) -> int:
+        return sum(f.size for f in self.state_fields)
+
+    @property
+    def camera_names(self) -> tuple[str, ...]:
+        return tuple(c.name for c in self.cameras)
+
+    def camera(self, name: str) -> CameraSpec:
+        for cam in self.cameras:
+            if cam.name == name:
+                return cam
+        raise KeyError(f"no camera {name!r}; this env has {list(self.camera_names)}")
+
+    def state_slices(self) -> dict[str, slice]:
+        """Map each state field name to its slice of the state vector."""
+        slices, start = {}, 0
+        for f in self.state_fields:
+            slices[f.name] = slice(start, start + f.size)
+            start += f.size
+        return slices
+
+    def to_dict(self) -> dict[str, Any]:
+        """Plain-data form (JSON / protobuf friendly)."""
+        return {
+            "name": self.name,
+            "cameras": [
+                {"name": c.name, "height": c.height, "width": c.width, "fps": c.fps} for c in self.cameras
+            ],
+            "state_fields": [{"name": f.name, "size": f.size} for f in self.state_fields],
+            "action": {
+                "kind": self.action.kind,
+                "names": list(self.action.names),
+                "low": list(self.action.low),
+                "high": list(self.action.high),
+            },
+            "control_hz": self.control_hz,
+            "instruction": self.instruction,
+            "max_episode_steps": self.max_episode_steps,
+            "metadata": dict(self.metadata),
+        }
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> EnvSpec:
+        action = data["action"]
+        return cls(
+            name=data["name"],
+            cameras=tuple(CameraSpec(**c) for c in data["cameras"]),
+            state_fields=tuple(StateField(**f) for f in data["state_fields"]),
+            action=ActionSpace(
+                kind=action["kind"],
+                names=tuple(action["names"]),
+                low=tuple(float(x) for x in action["low"]),
+                high=tuple(float(x) for x in action["high"]),
+            ),
+            control_hz=float(data["control_hz"]),
+            instruction=data["instruction"],
+            max_episode_steps=int(data["max_episode_steps"]),
+            metadata=dict(data.get("metadata", {})),
+        )
+
+
+def ee_delta_action_space(rotation: bool = True) -> ActionSpace:
+    """Normalised end-effector delta pose + gripper action in [-1, 1] (gripper: +1 open, -1 close)."""
+    names: Sequence[str] = ("dx", "dy", "dz")
+    if rotation:
+        names = (*names, "droll", "dpitch", "dyaw")
+    names = (*names, "gripper")
+    return ActionSpace(
+        kind=EE_DELTA_POSE_GRIPPER,
+        names=tuple(names),
+        low=(-1.0,) * len(names),
+        high=(1.0,) * len(names),
+    )

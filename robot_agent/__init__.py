@@ -1,0 +1,4 @@
+"""The robot agent: runs on the robot PC, drives hardware, enforces safety, streams to the trainer.
+
+Never imports torch, ray, ``trainer`` or ``policies`` (checked by the layering test).
+"""

@@ -1,0 +1,19 @@
+"""Simulators behind the shared env contract. Importing this registers the gymnasium ids.
+
+import gymnasium as gym, sim_envs
+env = gym.make("rlinf/FrankaPickLift-v0", cameras=())
+"""
+
+from sim_envs.rendering import select_gl_backend
+
+select_gl_backend()  # must run before anything imports mujoco
+
+import gymnasium as _gym  # noqa: E402
+
+from sim_envs.registry import ENV_IDS, make, make_vector  # noqa: E402
+
+for _env_id, _task in ENV_IDS.items():
+    if _env_id not in _gym.registry:
+        _gym.register(id=_env_id, entry_point="sim_envs.franka_env:FrankaEnv", kwargs={"task": _task})
+
+__all__ = ["ENV_IDS", "make", "make_vector"]

@@ -1,0 +1,305 @@
+"""The MuJoCo Franka tabletop env behind the shared env contract (a gymnasium ``Env``)."""
+
+from __future__ import annotations
+
+import string
+from dataclasses import dataclass, field, fields, replace
+from typing import Any
+
+import gymnasium as gym
+import mujoco
+import numpy as np
+
+from protos import (
+    EE_DELTA_POSE_GRIPPER,
+    JOINT_POSITION,
+    ActionSpace,
+    CameraSpec,
+    EnvSpec,
+    StateField,
+    ee_delta_action_space,
+    validate_action,
+)
+from sim_envs import panda_model
+from sim_envs.randomization import DomainRandomization, ModelRandomizer
+from sim_envs.rendering import make_renderer
+from sim_envs.scene import SceneConfig, build_scene_xml
+from sim_envs.scene_view import FrankaSceneView
+from sim_envs.tasks import make_task
+
+CAMERAS = ("front", "wrist")
+INSTRUCTION_CHARSET = string.ascii_letters + string.digits + " .,;:!?'-_/()"
+# The TCP target is kept inside this box (world frame, metres); z_min keeps the pads off the table.
+WORKSPACE_LOW = np.array([0.2, -0.45, 0.025])
+WORKSPACE_HIGH = np.array([0.85, 0.45, 0.6])
+MAX_TARGET_LEAD_M = 0.1  # the TCP target never runs further ahead of the TCP than this
+PROPRIO_FIELDS = (
+    StateField("joint_pos", 7),
+    StateField("joint_vel", 7),
+    StateField("tcp_pos", 3),
+    StateField("tcp_quat", 4),
+    StateField("gripper_width", 1),
+)
+
+
+@dataclass(frozen=True)
+class FrankaEnvConfig:
+    """Everything that shapes a Franka task env. Unknown keys are rejected by name."""
+
+    task: str = "pick_lift"
+    control_hz: float = 10.0
+    physics_dt: float = 0.002
+    action_mode: str = EE_DELTA_POSE_GRIPPER
+    action_rotation: bool = True
+    max_translation_m: float = 0.05
+    max_rotation_rad: float = 0.3
+    cameras: tuple[str, ...] = CAMERAS
+    image_height: int = 128
+    image_width: int = 128
+    reward_type: str = "dense"
+    terminate_on_success: bool = False
+    max_episode_steps: int = 0  # 0 means the task's default
+    initial_joint_noise: float = 0.02
+    render_size: int = 256
+    randomization: DomainRandomization = field(default_factory=DomainRandomization)
+
+    def __post_init__(self) -> None:
+        if self.action_mode not in (EE_DELTA_POSE_GRIPPER, JOINT_POSITION):
+            raise ValueError(
+                f"action_mode must be {EE_DELTA_POSE_GRIPPER!r} or {JOINT_POSITION!r}, "
+                f"got {self.action_mode!r}"
+            )
+        if self.reward_type not in ("dense", "sparse"):
+            raise ValueError(f"reward_type must be 'dense' or 'sparse', got {self.reward_type!r}")
+        unknown = [c for c in self.cameras if c not in CAMERAS]
+        if unknown:
+            raise ValueError(f"unknown camera {unknown[0]!r}; this scene has {list(CAMERAS)}")
+        substeps = round(1.0 / (self.control_hz * self.physics_dt))
+        if substeps < 1 or abs(substeps * self.physics_dt * self.control_hz - 1.0) > 1e-6:
+            raise ValueError(
+                f"control_hz={self.control_hz} must divide the physics rate {1 / self.physics_dt:g} Hz"
+            )
+        latency_s = self.randomization.control_latency_ms[1] / 1000.0
+        if latency_s >= 1.0 / self.control_hz:
+            raise ValueError(
+                f"randomization.control_latency_ms up to {latency_s * 1000:g} ms must be shorter "
+                f"than one control period ({1000 / self.control_hz:g} ms)"
+            )
+
+    @classmethod
+    def from_overrides(cls, base: FrankaEnvConfig | None = None, **overrides: Any) -> FrankaEnvConfig:
+        """Apply keyword overrides, naming any unknown key."""
+        base = base or cls()
+        known = {f.name for f in fields(cls)}
+        for key in overrides:
+            if key not in known:
+                raise ValueError(f"unknown env config key {key!r}; known: {sorted(known)}")
+        if "randomization" in overrides:
+            overrides["randomization"] = DomainRandomization.from_any(overrides["randomization"])
+        if "cameras" in overrides:
+            overrides["cameras"] = tuple(overrides["cameras"])
+        return replace(base, **overrides)
+
+    @property
+    def substeps(self) -> int:
+        return round(1.0 / (self.control_hz * self.physics_dt))
+
+
+class FrankaEnv(gym.Env):
+    """A Franka Panda tabletop task (reach, push or pick-lift) in MuJoCo.
+
+    Observations follow the contract in :mod:`protos`; ``env_spec`` describes them. Actions are
+    validated before they reach the physics: a NaN, a wrong shape or an out-of-bounds value raises
+    :class:`protos.ContractError`.
+    """
+
+    metadata = {"render_modes": ["rgb_array"], "render_fps": 10}
+
+    def __init__(
+        self,
+        task: str | None = None,
+        render_mode: str | None = None,
+        config: FrankaEnvConfig | None = None,
+        **overrides: Any,
+    ) -> None:
+        if task is not None:
+            overrides["task"] = task
+        self.cfg = FrankaEnvConfig.from_overrides(config, **overrides)
+        if render_mode not in (None, "rgb_array"):
+            raise ValueError(f"render_mode must be None or 'rgb_array', got {render_mode!r}")
+        self.render_mode = render_mode
+        self.task = make_task(self.cfg.task)
+        arm_control = "cartesian" if self.cfg.action_mode == EE_DELTA_POSE_GRIPPER else JOINT_POSITION
+        scene_cfg = SceneConfig(
+            with_cube=self.task.with_cube, physics_dt=self.cfg.physics_dt, arm_control=arm_control
+        )
+        self.model = mujoco.MjModel.from_xml_string(build_scene_xml(scene_cfg))
+        self.data = mujoco.MjData(self.model)
+        self.scene = FrankaSceneView(self.model, self.data, scene_cfg.cube_half_size)
+        self.randomizer = ModelRandomizer(self.model, self.cfg.randomization)
+        self.env_spec = self._build_spec()
+        self.max_episode_steps = self.env_spec.max_episode_steps
+        self.action_space = gym.spaces.Box(
+            self.env_spec.action.low_array(), self.env_spec.action.high_array(), dtype=np.float32
+        )
+        self.observation_space = self._build_observation_space()
+        self._renderer = None
+        self._display_renderer = None
+        self._gripper_ctrl = self.model.actuator("act_gripper").id
+        self._target_mocap = self.model.body("tcp_target").mocapid[0] if arm_control == "cartesian" else -1
+        self._latency_substeps = 0
+        self._steps = 0
+        self._reset_command()
+
+    # -- contract ------------------------------------------------------------------------------
+    def _build_spec(self) -> EnvSpec:
+        cfg = self.cfg
+        if cfg.action_mode == EE_DELTA_POSE_GRIPPER:
+            action = ee_delta_action_space(rotation=cfg.action_rotation)
+        else:
+            action = ActionSpace(
+                kind=JOINT_POSITION,
+                names=(*panda_model.ARM_JOINTS, "gripper"),
+                low=(*panda_model.JOINT_LOWER, -1.0),
+                high=(*panda_model.JOINT_UPPER, 1.0),
+            )
+        cameras = tuple(
+            CameraSpec(name, cfg.image_height, cfg.image_width, cfg.control_hz) for name in cfg.cameras
+        )
+        return EnvSpec(
+            name=f"rlinf/Franka{''.join(p.title() for p in cfg.task.split('_'))}-v0",
+            cameras=cameras,
+            state_fields=PROPRIO_FIELDS + self.task.state_fields(),
+            action=action,
+            control_hz=cfg.control_hz,
+            instruction=self.task.instruction,
+            max_episode_steps=cfg.max_episode_steps or self.task.max_episode_steps,
+            metadata={"simulator": "mujoco", "task": cfg.task, "reward_type": cfg.reward_type},
+        )
+
+    def _build_observation_space(self) -> gym.spaces.Dict:
+        images = {
+            cam.name: gym.spaces.Box(0, 255, cam.shape, dtype=np.uint8) for cam in self.env_spec.cameras
+        }
+        return gym.spaces.Dict(
+            {
+                "images": gym.spaces.Dict(images),
+                "state": gym.spaces.Box(-np.inf, np.inf, (self.env_spec.state_dim,), np.float32),
+                "instruction": gym.spaces.Text(max_length=256, charset=INSTRUCTION_CHARSET),
+            }
+        )
+
+    # -- gymnasium API -------------------------------------------------------------------------
+    def reset(self, *, seed: int | None = None, options: dict | None = None):
+        super().reset(seed=seed)
+        rng = self.np_random
+        mujoco.mj_resetData(self.model, self.data)
+        drawn = self.randomizer.apply(rng)
+        self._latency_substeps = round(drawn.control_latency_ms / 1000.0 / self.cfg.physics_dt)
+        noise = rng.uniform(-1, 1, 7) * self.cfg.initial_joint_noise
+        arm = np.clip(
+            np.array(panda_model.HOME_QPOS) + noise, panda_model.JOINT_LOWER, panda_model.JOINT_UPPER
+        )
+        self.scene.set_arm(arm, gripper_width=2 * panda_model.FINGER_TRAVEL)
+        self.task.reset(self.scene, rng)
+        mujoco.mj_forward(self.model, self.data)
+        self._steps = 0
+        self._reset_command()
+        return self._observation(), {"success": False}
+
+    def step(self, action):
+        action = validate_action(self.env_spec, action)
+        previous = self._command
+        self._command = self._command_from_action(action)
+        # Control latency: the previous command stays in force for the first substeps.
+        latency = self._latency_substeps
+        if latency:
+            self._apply_command(previous)
+            mujoco.mj_step(self.model, self.data, nstep=latency)
+        self._apply_command(self._command)
+        mujoco.mj_step(self.model, self.data, nstep=self.cfg.substeps - latency)
+        self._steps += 1
+        result = self.task.evaluate(self.scene)
+        reward = result.dense_reward if self.cfg.reward_type == "dense" else float(result.success)
+        terminated = bool(result.success and self.cfg.terminate_on_success)
+        truncated = self._steps >= self.max_episode_steps
+        return self._observation(), float(reward), terminated, truncated, {"success": result.success}
+
+    def render(self):
+        if self.render_mode != "rgb_array":
+            return None
+        if self._display_renderer is None:
+            size = self.cfg.render_size
+            self._display_renderer = make_renderer(self.model, size, size)
+        self._display_renderer.update_scene(self.data, camera="front")
+        return self._display_renderer.render()
+
+    def close(self) -> None:
+        for renderer in (self._renderer, self._display_renderer):
+            if renderer is not None:
+                renderer.close()
+        self._renderer = self._display_renderer = None
+
+    # -- control -------------------------------------------------------------------------------
+    def _reset_command(self) -> None:
+        open_width = panda_model.FINGER_TRAVEL
+        if self.cfg.action_mode == EE_DELTA_POSE_GRIPPER:
+            self._command = (self.scene.tcp_pos, self.scene.tcp_quat, open_width)
+        else:
+            self._command = (self.scene.arm_qpos.copy(), None, open_width)
+        self._apply_command(self._command)
+
+    def _command_from_action(self, action: np.ndarray):
+        gripper = (float(action[-1]) + 1.0) / 2.0 * panda_model.FINGER_TRAVEL
+        if self.cfg.action_mode == JOINT_POSITION:
+            return (action[:7].astype(np.float64), None, gripper)
+        target_pos, target_quat, _ = self._command
+        delta = action[:3].astype(np.float64) * self.cfg.max_translation_m
+        target_pos = np.clip(target_pos + delta, WORKSPACE_LOW, WORKSPACE_HIGH)
+        tcp = self.scene.tcp_pos
+        target_pos = tcp + np.clip(target_pos - tcp, -MAX_TARGET_LEAD_M, MAX_TARGET_LEAD_M)
+        if self.cfg.action_rotation:
+            rotvec = action[3:6].astype(np.float64) * self.cfg.max_rotation_rad
+            delta_quat = np.zeros(4)
+            angle = float(np.linalg.norm(rotvec))
+            if angle > 1e-9:
+                mujoco.mju_axisAngle2Quat(delta_quat, rotvec / angle, angle)
+                new_quat = np.zeros(4)
+                mujoco.mju_mulQuat(new_quat, delta_quat, target_quat)
+                target_quat = new_quat
+        return (target_pos, target_quat, gripper)
+
+    def _apply_command(self, command) -> None:
+        arm_target, target_quat, gripper = command
+        if target_quat is None:
+            self.data.ctrl[:7] = arm_target
+        else:
+            self.data.mocap_pos[self._target_mocap] = arm_target
+            self.data.mocap_quat[self._target_mocap] = target_quat
+        self.data.ctrl[self._gripper_ctrl] = gripper
+
+    # -- observation ---------------------------------------------------------------------------
+    def _observation(self) -> dict[str, Any]:
+        scene = self.scene
+        state = np.concatenate(
+            [
+                scene.arm_qpos,
+                scene.arm_qvel,
+                scene.tcp_pos,
+                scene.tcp_quat,
+                [scene.gripper_width],
+                self.task.task_state(scene),
+            ]
+        ).astype(np.float32)
+        return {"images": self._render_cameras(), "state": state, "instruction": self.task.instruction}
+
+    def _render_cameras(self) -> dict[str, np.ndarray]:
+        if not self.cfg.cameras:
+            return {}
+        if self._renderer is None:
+            self._renderer = make_renderer(self.model, self.cfg.image_height, self.cfg.image_width)
+        images = {}
+        for name in self.cfg.cameras:
+            self._renderer.update_scene(self.data, camera=name)
+            images[name] = self._renderer.render()
+        return images

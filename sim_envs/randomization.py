@@ -1,0 +1,169 @@
+"""Domain randomisation knobs, sampled at every reset. A fixed perturbed set emulates 'the real robot'."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, fields
+
+import numpy as np
+
+Range = tuple[float, float]
+
+
+@dataclass(frozen=True)
+class DomainRandomization:
+    """Uniform ranges sampled per episode. Equal endpoints give a fixed perturbation."""
+
+    friction_scale: Range = (1.0, 1.0)
+    object_mass_scale: Range = (1.0, 1.0)
+    actuator_gain_scale: Range = (1.0, 1.0)
+    control_latency_ms: Range = (0.0, 0.0)
+    camera_pos_jitter_m: float = 0.0
+    camera_rot_jitter_deg: float = 0.0
+    light_intensity_scale: Range = (1.0, 1.0)
+    randomize_table_texture: bool = False
+    color_jitter: float = 0.0
+
+    def __post_init__(self) -> None:
+        for f in fields(self):
+            value = getattr(self, f.name)
+            if isinstance(value, tuple):
+                if len(value) != 2 or value[0] > value[1]:
+                    raise ValueError(f"randomization.{f.name} must be (low, high), got {value}")
+                if value[0] < 0:
+                    raise ValueError(f"randomization.{f.name} must be >= 0, got {value}")
+            elif isinstance(value, float) and value < 0:
+                raise ValueError(f"randomization.{f.name} must be >= 0, got {value}")
+
+    @classmethod
+    def from_any(cls, value: DomainRandomization | dict | None) -> DomainRandomization:
+        if value is None:
+            return cls()
+        if isinstance(value, cls):
+            return value
+        if not isinstance(value, dict):
+            raise TypeError(f"randomization must be a dict or DomainRandomization, got {value!r}")
+        known = {f.name for f in fields(cls)}
+        unknown = sorted(set(value) - known)
+        if unknown:
+            raise ValueError(f"unknown randomization key {unknown[0]!r}; known: {sorted(known)}")
+        return cls(**{k: tuple(v) if isinstance(v, list) else v for k, v in value.items()})
+
+
+# A fixed "reality gap": what the sim twin uses to stand in for the real robot.
+REALITY_GAP = DomainRandomization(
+    friction_scale=(0.7, 0.7),
+    object_mass_scale=(1.5, 1.5),
+    actuator_gain_scale=(0.8, 0.8),
+    control_latency_ms=(40.0, 40.0),
+    camera_pos_jitter_m=0.01,
+    camera_rot_jitter_deg=2.0,
+    light_intensity_scale=(0.7, 0.7),
+    color_jitter=0.08,
+)
+
+
+@dataclass(frozen=True)
+class EpisodeRandomization:
+    """The values drawn for one episode."""
+
+    friction_scale: float
+    object_mass_scale: float
+    actuator_gain_scale: float
+    control_latency_ms: float
+    light_intensity_scale: float
+
+
+def _uniform(rng: np.random.Generator, bounds: Range) -> float:
+    low, high = bounds
+    return float(low) if low == high else float(rng.uniform(low, high))
+
+
+class ModelRandomizer:
+    """Applies a :class:`DomainRandomization` to a compiled MuJoCo model, from its nominal values."""
+
+    def __init__(self, model, cfg: DomainRandomization) -> None:
+        import mujoco
+
+        self.model = model
+        self.cfg = cfg
+        self._nominal = {
+            "geom_friction": model.geom_friction.copy(),
+            "body_mass": model.body_mass.copy(),
+            "body_inertia": model.body_inertia.copy(),
+            "actuator_gainprm": model.actuator_gainprm.copy(),
+            "actuator_biasprm": model.actuator_biasprm.copy(),
+            "cam_pos": model.cam_pos.copy(),
+            "cam_quat": model.cam_quat.copy(),
+            "light_diffuse": model.light_diffuse.copy(),
+            "geom_rgba": model.geom_rgba.copy(),
+            "mat_rgba": model.mat_rgba.copy(),
+            "geom_matid": model.geom_matid.copy(),
+        }
+        cube = mujoco.mj_name2id(model, mujoco.mjtObj.mjOBJ_BODY, "cube")
+        self._cube_body = cube if cube >= 0 else None
+        self._table_geom = mujoco.mj_name2id(model, mujoco.mjtObj.mjOBJ_GEOM, "table")
+        self._table_materials = [
+            mujoco.mj_name2id(model, mujoco.mjtObj.mjOBJ_MATERIAL, name)
+            for name in ("table_wood", "table_checker", "table_grid")
+        ]
+
+    def apply(self, rng: np.random.Generator) -> EpisodeRandomization:
+        m, cfg, nominal = self.model, self.cfg, self._nominal
+        drawn = EpisodeRandomization(
+            friction_scale=_uniform(rng, cfg.friction_scale),
+            object_mass_scale=_uniform(rng, cfg.object_mass_scale),
+            actuator_gain_scale=_uniform(rng, cfg.actuator_gain_scale),
+            control_latency_ms=_uniform(rng, cfg.control_latency_ms),
+            light_intensity_scale=_uniform(rng, cfg.light_intensity_scale),
+        )
+        m.geom_friction[:, 0] = nominal["geom_friction"][:, 0] * drawn.friction_scale
+        m.body_mass[:] = nominal["body_mass"]
+        m.body_inertia[:] = nominal["body_inertia"]
+        if self._cube_body is not None:
+            m.body_mass[self._cube_body] *= drawn.object_mass_scale
+            m.body_inertia[self._cube_body] *= drawn.object_mass_scale
+        # Position servos: gain kp on ctrl, bias -kp on position and -kv on velocity.
+        m.actuator_gainprm[:, 0] = nominal["actuator_gainprm"][:, 0] * drawn.actuator_gain_scale
+        m.actuator_biasprm[:, 1:3] = nominal["actuator_biasprm"][:, 1:3] * drawn.actuator_gain_scale
+        self._jitter_cameras(rng)
+        m.light_diffuse[:] = np.clip(nominal["light_diffuse"] * drawn.light_intensity_scale, 0, 1)
+        self._jitter_appearance(rng)
+        return drawn
+
+    def _jitter_cameras(self, rng: np.random.Generator) -> None:
+        m, nominal = self.model, self._nominal
+        m.cam_pos[:] = nominal["cam_pos"]
+        m.cam_quat[:] = nominal["cam_quat"]
+        if self.cfg.camera_pos_jitter_m > 0:
+            m.cam_pos[:] += rng.uniform(-1, 1, m.cam_pos.shape) * self.cfg.camera_pos_jitter_m
+        if self.cfg.camera_rot_jitter_deg > 0:
+            for i in range(m.ncam):
+                axis = rng.normal(size=3)
+                axis /= np.linalg.norm(axis)
+                angle = np.deg2rad(self.cfg.camera_rot_jitter_deg) * rng.uniform(-1, 1)
+                delta = np.concatenate([[np.cos(angle / 2)], np.sin(angle / 2) * axis])
+                m.cam_quat[i] = _quat_mul(delta, nominal["cam_quat"][i])
+
+    def _jitter_appearance(self, rng: np.random.Generator) -> None:
+        m, nominal = self.model, self._nominal
+        m.geom_rgba[:] = nominal["geom_rgba"]
+        m.mat_rgba[:] = nominal["mat_rgba"]
+        m.geom_matid[:] = nominal["geom_matid"]
+        if self.cfg.color_jitter > 0:
+            noise = rng.uniform(-1, 1, (m.nmat, 3)) * self.cfg.color_jitter
+            m.mat_rgba[:, :3] = np.clip(nominal["mat_rgba"][:, :3] + noise, 0, 1)
+        if self.cfg.randomize_table_texture and self._table_geom >= 0:
+            m.geom_matid[self._table_geom] = rng.choice(self._table_materials)
+
+
+def _quat_mul(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    w1, x1, y1, z1 = a
+    w2, x2, y2, z2 = b
+    return np.array(
+        [
+            w1 * w2 - x1 * x2 - y1 * y2 - z1 * z2,
+            w1 * x2 + x1 * w2 + y1 * z2 - z1 * y2,
+            w1 * y2 - x1 * z2 + y1 * w2 + z1 * x2,
+            w1 * z2 + x1 * y2 - y1 * x2 + z1 * w2,
+        ]
+    )

@@ -1,0 +1,86 @@
+"""Builds the MJCF of a tabletop Franka scene: robot, table, optional cube, goal marker, cameras."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from sim_envs import panda_model
+
+TABLE_TOP_Z = 0.0  # the robot base stands on the table top, at the world origin
+TABLE_MATERIALS = ("table_wood", "table_checker", "table_grid")
+FRONT_CAMERA_POS = (1.1, 0.0, 0.6)
+FRONT_CAMERA_TARGET = (0.35, 0.0, 0.12)
+
+
+@dataclass(frozen=True)
+class SceneConfig:
+    """What goes into the scene."""
+
+    with_cube: bool = True
+    cube_half_size: float = 0.02
+    cube_mass: float = 0.05
+    cube_friction: float = 1.0
+    physics_dt: float = 0.002
+    arm_control: str = "cartesian"  # or "joint_position"
+    front_fovy: float = 55.0
+
+
+def build_scene_xml(cfg: SceneConfig) -> str:
+    """Return a complete MJCF document for the scene."""
+    s = cfg.cube_half_size
+    cube = ""
+    if cfg.with_cube:
+        cube = f"""
+<body name="cube" pos="0.5 0 {TABLE_TOP_Z + s}">
+  <freejoint name="cube_joint"/>
+  <geom name="cube" type="box" size="{s} {s} {s}" mass="{cfg.cube_mass}" material="cube_red"
+        friction="{cfg.cube_friction} 0.02 0.001" condim="4" contype="1" conaffinity="3"
+        solref="0.01 1" solimp="0.95 0.99 0.001"/>
+</body>"""
+    front_xyaxes = panda_model.look_at_xyaxes(FRONT_CAMERA_POS, FRONT_CAMERA_TARGET)
+    pos = " ".join(str(v) for v in FRONT_CAMERA_POS)
+    return f"""
+<mujoco model="rlinf_franka_tabletop">
+  <compiler angle="radian" autolimits="true"/>
+  <option timestep="{cfg.physics_dt}" integrator="implicitfast" cone="elliptic" impratio="10"/>
+  <visual>
+    <quality shadowsize="0" offsamples="0"/>
+    <global offwidth="256" offheight="256"/>
+    <headlight ambient="0.35 0.35 0.35" diffuse="0.4 0.4 0.4" specular="0.1 0.1 0.1"/>
+  </visual>
+  <asset>
+    <texture name="floor_tex" type="2d" builtin="checker" rgb1="0.25 0.27 0.3" rgb2="0.2 0.22 0.25" width="256" height="256"/>
+    <material name="floor" texture="floor_tex" texrepeat="8 8"/>
+    <texture name="wood_tex" type="2d" builtin="flat" rgb1="0.62 0.5 0.36" width="64" height="64"/>
+    <texture name="checker_tex" type="2d" builtin="checker" rgb1="0.55 0.55 0.55" rgb2="0.45 0.45 0.45" width="256" height="256"/>
+    <texture name="grid_tex" type="2d" builtin="gradient" rgb1="0.7 0.7 0.65" rgb2="0.4 0.4 0.38" width="256" height="256"/>
+    <material name="table_wood" texture="wood_tex" texrepeat="1 1"/>
+    <material name="table_checker" texture="checker_tex" texrepeat="6 6"/>
+    <material name="table_grid" texture="grid_tex" texrepeat="1 1"/>
+    <material name="panda_white" rgba="0.92 0.92 0.92 1"/>
+    <material name="panda_black" rgba="0.15 0.15 0.15 1"/>
+    <material name="cube_red" rgba="0.85 0.15 0.12 1"/>
+    <material name="goal_green" rgba="0.1 0.85 0.2 0.45"/>
+  </asset>
+  <default>
+    {panda_model.panda_defaults_xml()}
+  </default>
+  <worldbody>
+    <light name="key_light" pos="0.6 -0.6 1.6" dir="-0.2 0.4 -1" directional="true" castshadow="false" diffuse="0.6 0.6 0.6"/>
+    <geom name="floor" type="plane" size="3 3 0.1" pos="0 0 -0.75" material="floor" contype="1" conaffinity="3"/>
+    <geom name="table" type="box" size="0.55 0.7 0.02" pos="0.45 0 {TABLE_TOP_Z - 0.02}" material="table_wood"
+          contype="1" conaffinity="3" friction="0.8 0.02 0.001"/>
+    <camera name="front" pos="{pos}" xyaxes="{front_xyaxes}" fovy="{cfg.front_fovy}"/>
+    {panda_model.panda_arm_xml()}
+    {panda_model.tcp_target_xml() if cfg.arm_control == "cartesian" else ""}
+    {cube}
+    <body name="goal" mocap="true" pos="0.5 0.2 0.2">
+      <geom name="goal_marker" type="sphere" size="0.02" material="goal_green" contype="0" conaffinity="0" group="2"/>
+    </body>
+  </worldbody>
+  {panda_model.panda_coupling_xml()}
+  <actuator>
+    {panda_model.panda_actuators_xml(cfg.arm_control)}
+  </actuator>
+</mujoco>
+"""

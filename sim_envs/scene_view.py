@@ -1,0 +1,90 @@
+"""Named read/write access to the tabletop scene's MuJoCo state, for tasks and the env."""
+
+from __future__ import annotations
+
+import mujoco
+import numpy as np
+
+from sim_envs import panda_model
+
+
+class FrankaSceneView:
+    """Reads poses and contacts from ``MjData`` by name, and places the cube and the goal."""
+
+    def __init__(self, model: mujoco.MjModel, data: mujoco.MjData, cube_half_size: float) -> None:
+        self.model, self.data = model, data
+        self.cube_half_size = cube_half_size
+        self._tcp = model.site("tcp").id
+        self._arm_qpos = np.array([model.joint(j).qposadr[0] for j in panda_model.ARM_JOINTS])
+        self._arm_qvel = np.array([model.joint(j).dofadr[0] for j in panda_model.ARM_JOINTS])
+        self._fingers = np.array([model.joint(j).qposadr[0] for j in panda_model.FINGER_JOINTS])
+        self._goal_mocap = model.body("goal").mocapid[0]
+        cube_joint = mujoco.mj_name2id(model, mujoco.mjtObj.mjOBJ_JOINT, "cube_joint")
+        self._cube_qpos = model.jnt_qposadr[cube_joint] if cube_joint >= 0 else None
+        self._cube_geom = mujoco.mj_name2id(model, mujoco.mjtObj.mjOBJ_GEOM, "cube")
+        self._pads = {model.geom("left_pad").id, model.geom("right_pad").id}
+        self._tcp_quat = np.zeros(4)
+
+    # -- robot -------------------------------------------------------------------------------
+    @property
+    def arm_qpos(self) -> np.ndarray:
+        return self.data.qpos[self._arm_qpos]
+
+    @property
+    def arm_qvel(self) -> np.ndarray:
+        return self.data.qvel[self._arm_qvel]
+
+    @property
+    def gripper_width(self) -> float:
+        return float(self.data.qpos[self._fingers].sum())
+
+    @property
+    def tcp_pos(self) -> np.ndarray:
+        return self.data.site_xpos[self._tcp].copy()
+
+    @property
+    def tcp_quat(self) -> np.ndarray:
+        """TCP orientation (w, x, y, z), sign fixed so that w >= 0."""
+        mujoco.mju_mat2Quat(self._tcp_quat, self.data.site_xmat[self._tcp])
+        return self._tcp_quat.copy() if self._tcp_quat[0] >= 0 else -self._tcp_quat
+
+    def set_arm(self, qpos: np.ndarray, gripper_width: float) -> None:
+        self.data.qpos[self._arm_qpos] = qpos
+        self.data.qvel[self._arm_qvel] = 0.0
+        self.data.qpos[self._fingers] = gripper_width / 2
+
+    # -- objects -----------------------------------------------------------------------------
+    @property
+    def cube_pos(self) -> np.ndarray:
+        if self._cube_qpos is None:
+            return np.zeros(3)
+        return self.data.qpos[self._cube_qpos : self._cube_qpos + 3].copy()
+
+    @property
+    def cube_quat(self) -> np.ndarray:
+        if self._cube_qpos is None:
+            return np.array([1.0, 0.0, 0.0, 0.0])
+        quat = self.data.qpos[self._cube_qpos + 3 : self._cube_qpos + 7].copy()
+        return quat if quat[0] >= 0 else -quat
+
+    @property
+    def goal_pos(self) -> np.ndarray:
+        return self.data.mocap_pos[self._goal_mocap].copy()
+
+    def place_cube(self, pos: np.ndarray, yaw: float) -> None:
+        if self._cube_qpos is None:
+            raise RuntimeError("this scene has no cube")
+        adr = self._cube_qpos
+        self.data.qpos[adr : adr + 3] = pos
+        self.data.qpos[adr + 3 : adr + 7] = [np.cos(yaw / 2), 0.0, 0.0, np.sin(yaw / 2)]
+
+    def place_goal(self, pos: np.ndarray) -> None:
+        self.data.mocap_pos[self._goal_mocap] = pos
+
+    def fingers_touch_cube(self) -> bool:
+        """True when both finger pads are in contact with the cube."""
+        if self._cube_geom < 0:
+            return False
+        geom1, geom2 = self.data.contact.geom1, self.data.contact.geom2
+        with_cube = np.concatenate([geom2[geom1 == self._cube_geom], geom1[geom2 == self._cube_geom]])
+        return self._pads.issubset(with_cube.tolist())

@@ -1,0 +1,82 @@
+"""Scripted (non-learning) controllers that solve the Franka tasks from privileged state.
+
+They prove that each task is solvable with the env's controller, and serve as demonstrators and
+as "the human" stand-in in tests. They read the state by field name through the :class:`EnvSpec`.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from protos import EnvSpec
+
+APPROACH_HEIGHT = 0.08  # metres above the cube before descending
+LIFT_TARGET = 0.12  # lift the cube centre this far above its resting height
+CLOSE_STEPS = 3
+
+
+def _yaw_of(quat: np.ndarray) -> float:
+    w, x, y, z = quat
+    return float(np.arctan2(2 * (w * z + x * y), 1 - 2 * (y * y + z * z)))
+
+
+def _wrap(angle: float, period: float) -> float:
+    return float((angle + period / 2) % period - period / 2)
+
+
+class ScriptedPickLift:
+    """Approach from above, align with the cube's yaw, descend, close, lift."""
+
+    def __init__(self, spec: EnvSpec, max_translation_m: float = 0.05, max_rotation_rad: float = 0.3):
+        self.spec = spec
+        self.slices = spec.state_slices()
+        self.rotation = spec.action.dim == 7
+        self.max_translation = max_translation_m
+        self.max_rotation = max_rotation_rad
+        self.reset()
+
+    def reset(self) -> None:
+        self.phase = "approach"
+        self.closed_steps = 0
+
+    def _field(self, state: np.ndarray, name: str) -> np.ndarray:
+        return state[self.slices[name]]
+
+    def act(self, obs: dict) -> np.ndarray:
+        state = obs["state"]
+        tcp = self._field(state, "tcp_pos")
+        cube = self._field(state, "cube_pos")
+        gripper = 1.0
+        if self.phase == "approach":
+            target = cube + np.array([0.0, 0.0, APPROACH_HEIGHT])
+            if np.linalg.norm((target - tcp)[:2]) < 0.01 and abs(target[2] - tcp[2]) < 0.02:
+                self.phase = "descend"
+        if self.phase == "descend":
+            target = cube.copy()
+            if np.linalg.norm(target - tcp) < 0.01:
+                self.phase = "close"
+        if self.phase == "close":
+            target, gripper = tcp.copy(), -1.0
+            self.closed_steps += 1
+            if self.closed_steps >= CLOSE_STEPS:
+                self.phase = "lift"
+                self.lift_from = cube[2]
+        if self.phase == "lift":
+            target = np.array([cube[0], cube[1], self.lift_from + LIFT_TARGET])
+            gripper = -1.0
+        action = np.zeros(self.spec.action.dim, dtype=np.float32)
+        action[:3] = np.clip((target - tcp) / self.max_translation, -1.0, 1.0)
+        if self.rotation:
+            action[3:6] = self._align_yaw(state)
+        action[-1] = gripper
+        return action
+
+    def _align_yaw(self, state: np.ndarray) -> np.ndarray:
+        """Rotate about world z so the fingers close across two faces of the cube."""
+        if self.phase not in ("approach", "descend"):
+            return np.zeros(3)
+        # The fingers close along the hand's y axis; the cube looks the same every 90 degrees.
+        tcp_yaw = _yaw_of(self._field(state, "tcp_quat"))
+        cube_yaw = _yaw_of(self._field(state, "cube_quat"))
+        error = _wrap(cube_yaw - tcp_yaw, np.pi / 2)
+        return np.array([0.0, 0.0, np.clip(error / self.max_rotation, -1.0, 1.0)])

@@ -1,0 +1,172 @@
+"""Task definitions: what to randomise at reset, what to observe, how to reward and judge success.
+
+Each task is one small class. The env owns the physics; a task only reads the scene through
+:class:`SceneView` and places objects and the goal at reset.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Protocol
+
+import numpy as np
+
+from protos import StateField
+
+# Workspace the tasks sample from (metres, world frame; the table top is z = 0).
+OBJECT_X = (0.42, 0.62)
+OBJECT_Y = (-0.15, 0.15)
+REACH_GOAL_LOW = (0.35, -0.2, 0.08)
+REACH_GOAL_HIGH = (0.65, 0.2, 0.35)
+
+
+class SceneView(Protocol):
+    """What a task may read and set in the scene."""
+
+    tcp_pos: np.ndarray
+    cube_pos: np.ndarray
+    cube_quat: np.ndarray
+    goal_pos: np.ndarray
+    cube_half_size: float
+
+    def fingers_touch_cube(self) -> bool: ...
+    def place_cube(self, pos: np.ndarray, yaw: float) -> None: ...
+    def place_goal(self, pos: np.ndarray) -> None: ...
+
+
+@dataclass(frozen=True)
+class TaskResult:
+    dense_reward: float
+    success: bool
+
+
+class Task(Protocol):
+    name: str
+    instruction: str
+    max_episode_steps: int
+    with_cube: bool
+
+    def state_fields(self) -> tuple[StateField, ...]: ...
+    def task_state(self, scene: SceneView) -> np.ndarray: ...
+    def reset(self, scene: SceneView, rng: np.random.Generator) -> None: ...
+    def evaluate(self, scene: SceneView) -> TaskResult: ...
+
+
+def _shaped_distance(distance: float, scale: float = 10.0) -> float:
+    return 1.0 - float(np.tanh(scale * distance))
+
+
+def _sample_cube_xy(rng: np.random.Generator) -> np.ndarray:
+    return np.array([rng.uniform(*OBJECT_X), rng.uniform(*OBJECT_Y)])
+
+
+class ReachTask:
+    """Move the gripper's tool centre point to a goal point in free space."""
+
+    name = "reach"
+    instruction = "move the gripper to the green target"
+    max_episode_steps = 50
+    with_cube = False
+    success_distance = 0.03
+
+    def state_fields(self) -> tuple[StateField, ...]:
+        return (StateField("goal_pos", 3), StateField("goal_rel_tcp", 3))
+
+    def task_state(self, scene: SceneView) -> np.ndarray:
+        return np.concatenate([scene.goal_pos, scene.goal_pos - scene.tcp_pos])
+
+    def reset(self, scene: SceneView, rng: np.random.Generator) -> None:
+        scene.place_goal(rng.uniform(REACH_GOAL_LOW, REACH_GOAL_HIGH))
+
+    def evaluate(self, scene: SceneView) -> TaskResult:
+        distance = float(np.linalg.norm(scene.goal_pos - scene.tcp_pos))
+        success = distance < self.success_distance
+        return TaskResult(1.0 if success else _shaped_distance(distance, 5.0), success)
+
+
+class PushTask:
+    """Push the cube across the table onto a goal spot."""
+
+    name = "push"
+    instruction = "push the red cube to the green target"
+    max_episode_steps = 80
+    with_cube = True
+    success_distance = 0.04
+
+    def state_fields(self) -> tuple[StateField, ...]:
+        return (
+            StateField("cube_pos", 3),
+            StateField("cube_quat", 4),
+            StateField("goal_pos", 3),
+            StateField("cube_rel_tcp", 3),
+            StateField("goal_rel_cube", 3),
+        )
+
+    def task_state(self, scene: SceneView) -> np.ndarray:
+        return np.concatenate(
+            [
+                scene.cube_pos,
+                scene.cube_quat,
+                scene.goal_pos,
+                scene.cube_pos - scene.tcp_pos,
+                scene.goal_pos - scene.cube_pos,
+            ]
+        )
+
+    def reset(self, scene: SceneView, rng: np.random.Generator) -> None:
+        cube_xy = _sample_cube_xy(rng)
+        scene.place_cube(np.array([*cube_xy, scene.cube_half_size]), rng.uniform(-np.pi, np.pi))
+        angle = rng.uniform(-np.pi, np.pi)
+        offset = rng.uniform(0.1, 0.15) * np.array([np.cos(angle), np.sin(angle)])
+        goal_xy = np.clip(cube_xy + offset, [0.35, -0.25], [0.7, 0.25])
+        scene.place_goal(np.array([*goal_xy, scene.cube_half_size]))
+
+    def evaluate(self, scene: SceneView) -> TaskResult:
+        cube_to_goal = float(np.linalg.norm((scene.goal_pos - scene.cube_pos)[:2]))
+        success = cube_to_goal < self.success_distance
+        tcp_to_cube = float(np.linalg.norm(scene.cube_pos - scene.tcp_pos))
+        dense = 0.3 * _shaped_distance(tcp_to_cube) + 0.7 * _shaped_distance(cube_to_goal)
+        return TaskResult(1.0 if success else dense, success)
+
+
+class PickLiftTask:
+    """Grasp the cube and lift it at least 5 cm off the table."""
+
+    name = "pick_lift"
+    instruction = "pick up the red cube and lift it"
+    max_episode_steps = 80
+    with_cube = True
+    lift_height = 0.05
+
+    def state_fields(self) -> tuple[StateField, ...]:
+        return (StateField("cube_pos", 3), StateField("cube_quat", 4), StateField("cube_rel_tcp", 3))
+
+    def task_state(self, scene: SceneView) -> np.ndarray:
+        return np.concatenate([scene.cube_pos, scene.cube_quat, scene.cube_pos - scene.tcp_pos])
+
+    def reset(self, scene: SceneView, rng: np.random.Generator) -> None:
+        cube_xy = _sample_cube_xy(rng)
+        scene.place_cube(np.array([*cube_xy, scene.cube_half_size]), rng.uniform(-np.pi, np.pi))
+        # The goal marker shows the lift height above the cube's start.
+        scene.place_goal(np.array([*cube_xy, scene.cube_half_size + self.lift_height]))
+
+    def lift(self, scene: SceneView) -> float:
+        return float(scene.cube_pos[2] - scene.cube_half_size)
+
+    def evaluate(self, scene: SceneView) -> TaskResult:
+        lift = self.lift(scene)
+        success = lift >= self.lift_height
+        reach = _shaped_distance(float(np.linalg.norm(scene.cube_pos - scene.tcp_pos)))
+        grasped = float(scene.fingers_touch_cube())
+        progress = float(np.clip(lift / self.lift_height, 0.0, 1.0))
+        dense = 0.25 * reach + 0.25 * grasped + 0.5 * progress * grasped
+        return TaskResult(1.0 if success else dense, success)
+
+
+TASKS: dict[str, type] = {"reach": ReachTask, "push": PushTask, "pick_lift": PickLiftTask}
+
+
+def make_task(name: str) -> Task:
+    if name not in TASKS:
+        raise ValueError(f"unknown task {name!r}; known: {sorted(TASKS)}")
+    return TASKS[name]()

@@ -1,0 +1,256 @@
+"""A vectorised, auto-resetting form of the sim envs that speaks action chunks.
+
+``SimVectorEnv`` runs N envs either inline (in this process) or spread over subprocess workers.
+``chunk_step`` takes ``[N, chunk, action_dim]``: each env plays its chunk until the chunk ends or
+its episode ends; a finished env resets at once and its next observation is the new episode's
+first one (the finished episode's last observation is kept in ``final_obs``).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import multiprocessing as mp
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from protos import ContractError, EnvSpec
+
+
+@dataclass(frozen=True)
+class EpisodeSummary:
+    """One finished episode."""
+
+    env_index: int
+    episode_return: float
+    length: int
+    success: bool
+
+
+@dataclass
+class ChunkResult:
+    """What ``chunk_step`` returns. Arrays are ``[N, chunk]``; ``valid`` is False after a done."""
+
+    obs: dict[str, Any]
+    rewards: np.ndarray
+    terminated: np.ndarray
+    truncated: np.ndarray
+    success: np.ndarray
+    valid: np.ndarray
+    final_obs: list[dict[str, Any] | None]
+    finished: list[EpisodeSummary] = field(default_factory=list)
+
+    @property
+    def done(self) -> np.ndarray:
+        """[N]: the env's episode ended somewhere in this chunk."""
+        return (self.terminated | self.truncated).any(axis=1)
+
+
+class _EnvSlot:
+    """One env plus its episode bookkeeping and auto-reset."""
+
+    def __init__(self, env_id: str, config: dict[str, Any]) -> None:
+        from sim_envs.registry import make
+
+        self.env = make(env_id, **config)
+        self.episode_return = 0.0
+        self.episode_length = 0
+        self.episode_success = False
+
+    def reset(self, seed: int | None) -> dict[str, Any]:
+        obs, _ = self.env.reset(seed=seed)
+        self.episode_return, self.episode_length, self.episode_success = 0.0, 0, False
+        return obs
+
+    def run_chunk(self, actions: np.ndarray) -> tuple:
+        chunk = actions.shape[0]
+        rewards = np.zeros(chunk, np.float32)
+        terminated = np.zeros(chunk, bool)
+        truncated = np.zeros(chunk, bool)
+        success = np.zeros(chunk, bool)
+        valid = np.zeros(chunk, bool)
+        final_obs, summary = None, None
+        for t in range(chunk):
+            obs, reward, term, trunc, info = self.env.step(actions[t])
+            rewards[t], terminated[t], truncated[t] = reward, term, trunc
+            success[t] = info["success"]
+            valid[t] = True
+            self.episode_return += reward
+            self.episode_length += 1
+            self.episode_success |= bool(info["success"])
+            if term or trunc:
+                summary = (self.episode_return, self.episode_length, self.episode_success)
+                final_obs = obs
+                obs = self.reset(seed=None)
+                break
+        return obs, rewards, terminated, truncated, success, valid, final_obs, summary
+
+
+def _worker(conn, env_id: str, config: dict[str, Any], count: int) -> None:
+    slots = [_EnvSlot(env_id, config) for _ in range(count)]
+    conn.send(("ready", slots[0].env.env_spec.to_dict()))
+    while True:
+        command, payload = conn.recv()
+        try:
+            if command == "reset":
+                result = [slot.reset(seed) for slot, seed in zip(slots, payload)]
+            elif command == "chunk":
+                result = [slot.run_chunk(a) for slot, a in zip(slots, payload)]
+            elif command == "close":
+                for slot in slots:
+                    slot.env.close()
+                conn.send(("ok", None))
+                return
+            else:
+                raise ValueError(f"unknown worker command {command!r}")
+            conn.send(("ok", result))
+        except Exception as exc:
+            conn.send(("error", (type(exc).__name__, str(exc))))
+
+
+class SimVectorEnv:
+    """N copies of one sim env behind the batched env contract."""
+
+    def __init__(
+        self,
+        env_id: str,
+        num_envs: int,
+        *,
+        backend: str = "inline",
+        num_workers: int | None = None,
+        env_config: dict[str, Any] | None = None,
+    ) -> None:
+        if num_envs < 1:
+            raise ValueError(f"num_envs must be >= 1, got {num_envs}")
+        if backend not in ("inline", "subprocess"):
+            raise ValueError(f"backend must be 'inline' or 'subprocess', got {backend!r}")
+        self.env_id, self.num_envs, self.backend = env_id, num_envs, backend
+        config = dict(env_config or {})
+        if backend == "inline":
+            self._slots = [_EnvSlot(env_id, config) for _ in range(num_envs)]
+            self.spec: EnvSpec = self._slots[0].env.env_spec
+        else:
+            self._start_workers(config, num_workers or min(num_envs, mp.cpu_count()))
+        self._closed = False
+
+    # -- subprocess plumbing --------------------------------------------------------------------
+    def _start_workers(self, config: dict[str, Any], num_workers: int) -> None:
+        num_workers = max(1, min(num_workers, self.num_envs))
+        counts = [len(part) for part in np.array_split(np.arange(self.num_envs), num_workers)]
+        ctx = mp.get_context("spawn")
+        self._conns, self._procs, self._counts = [], [], counts
+        for count in counts:
+            parent, child = ctx.Pipe()
+            proc = ctx.Process(target=_worker, args=(child, self.env_id, config, count), daemon=True)
+            proc.start()
+            child.close()
+            self._conns.append(parent)
+            self._procs.append(proc)
+        specs = [self._receive(conn) for conn in self._conns]
+        self.spec = EnvSpec.from_dict(specs[0])
+
+    def _receive(self, conn) -> Any:
+        try:
+            status, payload = conn.recv()
+        except EOFError:
+            raise RuntimeError("a sim worker process died; see its stderr above") from None
+        if status == "error":
+            name, message = payload
+            raise (ContractError if name == "ContractError" else RuntimeError)(message)
+        return payload
+
+    def _scatter(self, command: str, items: list) -> list:
+        if self.backend == "inline":
+            if command == "reset":
+                return [slot.reset(seed) for slot, seed in zip(self._slots, items)]
+            return [slot.run_chunk(a) for slot, a in zip(self._slots, items)]
+        start = 0
+        for conn, count in zip(self._conns, self._counts):
+            conn.send((command, items[start : start + count]))
+            start += count
+        results: list = []
+        for conn in self._conns:
+            results.extend(self._receive(conn))
+        return results
+
+    # -- the batched contract -------------------------------------------------------------------
+    def reset(self, seed: int | None = None) -> tuple[dict[str, Any], dict]:
+        """Reset every env; env i gets ``seed + i`` so a seeded reset is reproducible."""
+        seeds = [None if seed is None else seed + i for i in range(self.num_envs)]
+        return self.stack_obs(self._scatter("reset", seeds)), {}
+
+    def step(self, actions: np.ndarray) -> ChunkResult:
+        """One step for every env: ``actions`` is ``[N, action_dim]``."""
+        actions = np.asarray(actions)
+        if actions.ndim != 2:
+            raise ContractError(
+                f"actions expected [{self.num_envs}, {self.spec.action.dim}], got {list(actions.shape)}"
+            )
+        return self.chunk_step(actions[:, None, :])
+
+    def chunk_step(self, actions: np.ndarray) -> ChunkResult:
+        """Play ``[N, chunk, action_dim]`` action chunks, auto-resetting finished envs."""
+        actions = np.asarray(actions)
+        expected = (self.num_envs, None, self.spec.action.dim)
+        if actions.ndim != 3 or actions.shape[0] != self.num_envs or actions.shape[2] != expected[2]:
+            raise ContractError(
+                f"actions expected [{self.num_envs}, chunk, {self.spec.action.dim}], "
+                f"got {list(actions.shape)}"
+            )
+        results = self._scatter("chunk", list(actions))
+        obs, rewards, terminated, truncated, success, valid, final_obs, summaries = zip(*results)
+        finished = [
+            EpisodeSummary(i, float(s[0]), int(s[1]), bool(s[2]))
+            for i, s in enumerate(summaries)
+            if s is not None
+        ]
+        return ChunkResult(
+            obs=self.stack_obs(list(obs)),
+            rewards=np.stack(rewards),
+            terminated=np.stack(terminated),
+            truncated=np.stack(truncated),
+            success=np.stack(success),
+            valid=np.stack(valid),
+            final_obs=list(final_obs),
+            finished=finished,
+        )
+
+    @staticmethod
+    def stack_obs(observations: list[dict[str, Any]]) -> dict[str, Any]:
+        """Batch per-env observations: images [N, H, W, 3], state [N, D], instruction list."""
+        first = observations[0]
+        return {
+            "images": {name: np.stack([o["images"][name] for o in observations]) for name in first["images"]},
+            "state": np.stack([o["state"] for o in observations]),
+            "instruction": [o["instruction"] for o in observations],
+        }
+
+    def close(self) -> None:
+        if self._closed:
+            return
+        self._closed = True
+        if self.backend == "inline":
+            for slot in self._slots:
+                slot.env.close()
+            return
+        for conn in self._conns:
+            try:
+                conn.send(("close", None))
+                conn.recv()
+            except (BrokenPipeError, EOFError, OSError):
+                pass
+        for proc in self._procs:
+            proc.join(timeout=5)
+            if proc.is_alive():
+                proc.kill()
+
+    def __enter__(self) -> SimVectorEnv:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    def __del__(self) -> None:
+        with contextlib.suppress(Exception):
+            self.close()

@@ -1,0 +1,75 @@
+import numpy as np
+import pytest
+
+import sim_envs
+from sim_envs.randomization import REALITY_GAP, DomainRandomization
+
+
+def test_reality_gap_applies_its_fixed_perturbation():
+    nominal = sim_envs.make("rlinf/FrankaPickLift-v0", cameras=())
+    gap = sim_envs.make("rlinf/FrankaPickLift-v0", cameras=(), randomization=REALITY_GAP)
+    nominal.reset(seed=0)
+    gap.reset(seed=0)
+    cube_geom = gap.model.geom("cube").id
+    cube_body = gap.model.body("cube").id
+    assert gap.model.geom_friction[cube_geom, 0] == pytest.approx(
+        0.7 * nominal.model.geom_friction[cube_geom, 0]
+    )
+    assert gap.model.body_mass[cube_body] == pytest.approx(1.5 * nominal.model.body_mass[cube_body])
+    assert gap.model.actuator_gainprm[0, 0] == pytest.approx(0.8 * nominal.model.actuator_gainprm[0, 0])
+    assert gap._latency_substeps == 20  # 40 ms at 2 ms physics steps
+    assert not np.allclose(gap.model.cam_pos, nominal.model.cam_pos)
+    assert gap.model.light_diffuse[0, 0] == pytest.approx(0.7 * nominal.model.light_diffuse[0, 0])
+
+
+def test_ranges_are_resampled_each_episode_and_seeded():
+    cfg = {"friction_scale": (0.5, 1.5), "object_mass_scale": (0.5, 2.0), "randomize_table_texture": True}
+    env = sim_envs.make("rlinf/FrankaPush-v0", cameras=(), randomization=cfg)
+    cube = env.model.geom("cube").id
+    frictions = []
+    for seed in range(5):
+        env.reset(seed=seed)
+        frictions.append(float(env.model.geom_friction[cube, 0]))
+    assert len(set(frictions)) == 5
+    assert all(0.5 <= f <= 1.5 for f in frictions)
+    env.reset(seed=2)
+    assert env.model.geom_friction[cube, 0] == pytest.approx(frictions[2])
+
+
+def test_control_latency_delays_the_response():
+    def first_step_motion(latency_ms):
+        env = sim_envs.make(
+            "rlinf/FrankaReach-v0", cameras=(), randomization={"control_latency_ms": (latency_ms, latency_ms)}
+        )
+        env.reset(seed=0)
+        start = env.scene.tcp_pos
+        env.step(np.array([1, 0, 0, 0, 0, 0, 1], np.float32))
+        return env.scene.tcp_pos[0] - start[0]
+
+    assert first_step_motion(80.0) < 0.5 * first_step_motion(0.0)
+
+
+def test_colour_jitter_changes_the_image():
+    plain = sim_envs.make("rlinf/FrankaReach-v0", cameras=("front",))
+    jittered = sim_envs.make("rlinf/FrankaReach-v0", cameras=("front",), randomization={"color_jitter": 0.3})
+    a, _ = plain.reset(seed=0)
+    b, _ = jittered.reset(seed=0)
+    assert np.abs(a["images"]["front"].astype(int) - b["images"]["front"].astype(int)).mean() > 3
+
+
+@pytest.mark.parametrize(
+    ("cfg", "message"),
+    [
+        ({"friction_scale": (1.5, 0.5)}, r"friction_scale must be \(low, high\)"),
+        ({"object_mass_scale": (-1.0, 1.0)}, "object_mass_scale must be >= 0"),
+        ({"camera_pos_jitter_m": -0.1}, "camera_pos_jitter_m must be >= 0"),
+    ],
+)
+def test_bad_randomization_is_rejected(cfg, message):
+    with pytest.raises(ValueError, match=message):
+        DomainRandomization.from_any(cfg)
+
+
+def test_latency_longer_than_a_control_period_is_rejected():
+    with pytest.raises(ValueError, match="shorter than one control period"):
+        sim_envs.make("rlinf/FrankaReach-v0", randomization={"control_latency_ms": (0, 150)})

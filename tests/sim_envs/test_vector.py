@@ -1,0 +1,72 @@
+import numpy as np
+import pytest
+
+import sim_envs
+from protos import ContractError
+
+
+def random_chunks(spec, num_envs, chunk, steps, seed=0):
+    rng = np.random.default_rng(seed)
+    return [rng.uniform(-1, 1, (num_envs, chunk, spec.action.dim)).astype(np.float32) for _ in range(steps)]
+
+
+def test_chunk_step_shapes_autoreset_and_valid_mask():
+    venv = sim_envs.make_vector(
+        "rlinf/FrankaReach-v0", 3, cameras=("front",), image_height=32, image_width=32, max_episode_steps=5
+    )
+    obs, _ = venv.reset(seed=0)
+    assert obs["state"].shape == (3, venv.spec.state_dim)
+    assert obs["images"]["front"].shape == (3, 32, 32, 3)
+    assert obs["instruction"] == [venv.spec.instruction] * 3
+    actions = random_chunks(venv.spec, 3, 4, 1)[0]
+    first = venv.chunk_step(actions)
+    assert first.rewards.shape == (3, 4) and first.valid.all() and not first.done.any()
+    second = venv.chunk_step(actions)  # steps 5..8: episodes end at step 5
+    assert second.truncated[:, 0].all()
+    assert second.valid[:, 0].all() and not second.valid[:, 1:].any()
+    assert len(second.finished) == 3 and all(s.length == 5 for s in second.finished)
+    assert all(fo is not None for fo in second.final_obs)
+    # The returned observation is the first one of the next episode, not the final one.
+    assert not np.allclose(second.obs["state"], np.stack([fo["state"] for fo in second.final_obs]))
+    venv.close()
+
+
+def test_subprocess_backend_matches_inline():
+    kwargs = {"cameras": (), "max_episode_steps": 6}
+    inline = sim_envs.make_vector("rlinf/FrankaPush-v0", 4, **kwargs)
+    spawned = sim_envs.make_vector("rlinf/FrankaPush-v0", 4, backend="subprocess", num_workers=2, **kwargs)
+    try:
+        a, _ = inline.reset(seed=11)
+        b, _ = spawned.reset(seed=11)
+        np.testing.assert_allclose(a["state"], b["state"])
+        for actions in random_chunks(inline.spec, 4, 3, 4):
+            ra, rb = inline.chunk_step(actions), spawned.chunk_step(actions)
+            np.testing.assert_allclose(ra.obs["state"], rb.obs["state"], atol=1e-6)
+            np.testing.assert_allclose(ra.rewards, rb.rewards, atol=1e-6)
+            np.testing.assert_array_equal(ra.valid, rb.valid)
+    finally:
+        inline.close()
+        spawned.close()
+
+
+def test_bad_actions_are_rejected_in_both_backends():
+    for backend in ("inline", "subprocess"):
+        venv = sim_envs.make_vector("rlinf/FrankaReach-v0", 2, backend=backend, cameras=())
+        venv.reset(seed=0)
+        with pytest.raises(ContractError, match=r"actions expected \[2, chunk, 7\]"):
+            venv.chunk_step(np.zeros((2, 3, 6), np.float32))
+        bad = np.zeros((2, 1, 7), np.float32)
+        bad[1, 0, 4] = np.nan
+        with pytest.raises(ContractError, match=r"action\[4\] \(dpitch\) is nan"):
+            venv.chunk_step(bad)
+        venv.close()
+
+
+def test_single_step_api():
+    venv = sim_envs.make_vector("rlinf/FrankaReach-v0", 2, cameras=())
+    venv.reset(seed=0)
+    result = venv.step(np.zeros((2, 7), np.float32))
+    assert result.rewards.shape == (2, 1)
+    with pytest.raises(ContractError):
+        venv.step(np.zeros(7, np.float32))
+    venv.close()

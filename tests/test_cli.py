@@ -1,0 +1,36 @@
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def run_cli(script, *args):
+    exe = Path(sys.executable).with_name(script)
+    return subprocess.run([str(exe), *args], cwd=ROOT, capture_output=True, text=True, timeout=300)
+
+
+def test_rollout_writes_frames_and_summary(tmp_path):
+    result = run_cli("rlinf-trainer", "rollout", "--episodes", "1", "--out", str(tmp_path))
+    assert result.returncode == 0, result.stderr
+    summary = json.loads((tmp_path / "summary.json").read_text())
+    assert summary["success_rate"] == 1.0
+    assert (tmp_path / "front.gif").stat().st_size > 1000
+    assert (tmp_path / "front_last.png").exists()
+
+
+def test_unknown_env_is_a_one_line_error(tmp_path):
+    result = run_cli("rlinf-trainer", "rollout", "--env", "rlinf/Nope-v0", "--out", str(tmp_path))
+    assert result.returncode == 2
+    assert result.stderr.strip().splitlines()[-1].startswith("error: unknown env id 'rlinf/Nope-v0'")
+    assert "Traceback" not in result.stderr
+
+
+def test_stub_commands_say_not_yet():
+    for script, args in [
+        ("rlinf-robot", ["connect", "--server", "h:1", "--robot", "sim-twin"]),
+        ("rlinf-calibrate", ["intrinsics"]),
+    ]:
+        result = run_cli(script, *args)
+        assert result.returncode == 2 and "not yet" in result.stderr

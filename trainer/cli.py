@@ -1,0 +1,60 @@
+"""``rlinf-trainer``: sim-only training runs, the robot-facing server, quick rollouts."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+
+def _rollout(args: argparse.Namespace) -> int:
+    from trainer.rollout import run_rollout
+
+    result = run_rollout(args.env, args.policy, args.episodes, Path(args.out), args.seed)
+    print(
+        f"{result.episodes} episodes, success rate {result.success_rate:.2f}, "
+        f"mean return {result.return_mean:.2f}; frames in {result.video_path}"
+    )
+    return 0
+
+
+def _not_yet(name: str, issue: str):
+    def run(args: argparse.Namespace) -> int:
+        print(f"rlinf-trainer {name}: not yet implemented (tracked in {issue})", file=sys.stderr)
+        return 2
+
+    return run
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="rlinf-trainer", description=__doc__)
+    sub = parser.add_subparsers(dest="command", required=True)
+
+    rollout = sub.add_parser("rollout", help="play a random or scripted policy and save frames")
+    rollout.add_argument("--env", default="rlinf/FrankaPickLift-v0")
+    rollout.add_argument("--policy", choices=("random", "scripted"), default="scripted")
+    rollout.add_argument("--episodes", type=int, default=3)
+    rollout.add_argument("--out", default="runs/rollout")
+    rollout.add_argument("--seed", type=int, default=0)
+    rollout.set_defaults(func=_rollout)
+
+    serve = sub.add_parser("serve", help="serve robot agents over gRPC and train (not yet)")
+    serve.add_argument("--config", default=None)
+    serve.add_argument("overrides", nargs="*")
+    serve.set_defaults(func=_not_yet("serve", "the trainer-server issue"))
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        return args.func(args)
+    except Exception as exc:
+        if isinstance(exc, (ValueError, KeyError)) or getattr(exc, "user_facing", False):
+            print(f"error: {exc}", file=sys.stderr)
+            return 2
+        raise
+
+
+if __name__ == "__main__":
+    sys.exit(main())
