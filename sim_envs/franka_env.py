@@ -33,6 +33,11 @@ INSTRUCTION_CHARSET = string.ascii_letters + string.digits + " .,;:!?'-_/()"
 WORKSPACE_LOW = np.array([0.2, -0.45, 0.025])
 WORKSPACE_HIGH = np.array([0.85, 0.45, 0.6])
 MAX_TARGET_LEAD_M = 0.1  # the TCP target never runs further ahead of the TCP than this
+_INSTABILITY_WARNINGS = (
+    mujoco.mjtWarning.mjWARN_BADQACC,
+    mujoco.mjtWarning.mjWARN_BADQVEL,
+    mujoco.mjtWarning.mjWARN_BADQPOS,
+)
 PROPRIO_FIELDS = (
     StateField("joint_pos", 7),
     StateField("joint_vel", 7),
@@ -48,7 +53,7 @@ class FrankaEnvConfig:
 
     task: str = "pick_lift"
     control_hz: float = 10.0
-    physics_dt: float = 0.002
+    physics_dt: float = 0.005
     action_mode: str = EE_DELTA_POSE_GRIPPER
     action_rotation: bool = True
     max_translation_m: float = 0.05
@@ -219,6 +224,9 @@ class FrankaEnv(gym.Env):
         self._apply_command(self._command)
         mujoco.mj_step(self.model, self.data, nstep=self.cfg.substeps - latency)
         self._steps += 1
+        if any(self.data.warning[w].number > 0 for w in _INSTABILITY_WARNINGS):
+            # MuJoCo hit a numerical blow-up and reset its state: end the episode, flag it.
+            return self._observation(), 0.0, False, True, {"success": False, "physics_unstable": True}
         result = self.task.evaluate(self.scene)
         reward = result.dense_reward if self.cfg.reward_type == "dense" else float(result.success)
         terminated = bool(result.success and self.cfg.terminate_on_success)

@@ -20,7 +20,7 @@ class SceneConfig:
     cube_half_size: float = 0.02
     cube_mass: float = 0.05
     cube_friction: float = 1.0
-    physics_dt: float = 0.002
+    physics_dt: float = 0.005
     arm_control: str = "cartesian"  # or "joint_position"
     front_fovy: float = 55.0
 

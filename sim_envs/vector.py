@@ -9,13 +9,18 @@ first one (the finished episode's last observation is kept in ``final_obs``).
 from __future__ import annotations
 
 import contextlib
-import multiprocessing as mp
+import os
+import socket
+import subprocess
+import sys
 from dataclasses import dataclass, field
+from multiprocessing.connection import Connection
 from typing import Any
 
 import numpy as np
 
 from protos import ContractError, EnvSpec
+from sim_envs.vector_worker import EnvSlot
 
 
 @dataclass(frozen=True)
@@ -47,68 +52,6 @@ class ChunkResult:
         return (self.terminated | self.truncated).any(axis=1)
 
 
-class _EnvSlot:
-    """One env plus its episode bookkeeping and auto-reset."""
-
-    def __init__(self, env_id: str, config: dict[str, Any]) -> None:
-        from sim_envs.registry import make
-
-        self.env = make(env_id, **config)
-        self.episode_return = 0.0
-        self.episode_length = 0
-        self.episode_success = False
-
-    def reset(self, seed: int | None) -> dict[str, Any]:
-        obs, _ = self.env.reset(seed=seed)
-        self.episode_return, self.episode_length, self.episode_success = 0.0, 0, False
-        return obs
-
-    def run_chunk(self, actions: np.ndarray) -> tuple:
-        chunk = actions.shape[0]
-        rewards = np.zeros(chunk, np.float32)
-        terminated = np.zeros(chunk, bool)
-        truncated = np.zeros(chunk, bool)
-        success = np.zeros(chunk, bool)
-        valid = np.zeros(chunk, bool)
-        final_obs, summary = None, None
-        for t in range(chunk):
-            obs, reward, term, trunc, info = self.env.step(actions[t])
-            rewards[t], terminated[t], truncated[t] = reward, term, trunc
-            success[t] = info["success"]
-            valid[t] = True
-            self.episode_return += reward
-            self.episode_length += 1
-            self.episode_success |= bool(info["success"])
-            if term or trunc:
-                summary = (self.episode_return, self.episode_length, self.episode_success)
-                final_obs = obs
-                obs = self.reset(seed=None)
-                break
-        return obs, rewards, terminated, truncated, success, valid, final_obs, summary
-
-
-def _worker(conn, env_id: str, config: dict[str, Any], count: int) -> None:
-    slots = [_EnvSlot(env_id, config) for _ in range(count)]
-    conn.send(("ready", slots[0].env.env_spec.to_dict()))
-    while True:
-        command, payload = conn.recv()
-        try:
-            if command == "reset":
-                result = [slot.reset(seed) for slot, seed in zip(slots, payload)]
-            elif command == "chunk":
-                result = [slot.run_chunk(a) for slot, a in zip(slots, payload)]
-            elif command == "close":
-                for slot in slots:
-                    slot.env.close()
-                conn.send(("ok", None))
-                return
-            else:
-                raise ValueError(f"unknown worker command {command!r}")
-            conn.send(("ok", result))
-        except Exception as exc:
-            conn.send(("error", (type(exc).__name__, str(exc))))
-
-
 class SimVectorEnv:
     """N copies of one sim env behind the batched env contract."""
 
@@ -128,24 +71,30 @@ class SimVectorEnv:
         self.env_id, self.num_envs, self.backend = env_id, num_envs, backend
         config = dict(env_config or {})
         if backend == "inline":
-            self._slots = [_EnvSlot(env_id, config) for _ in range(num_envs)]
+            self._slots = [EnvSlot(env_id, config) for _ in range(num_envs)]
             self.spec: EnvSpec = self._slots[0].env.env_spec
         else:
-            self._start_workers(config, num_workers or min(num_envs, mp.cpu_count()))
+            self._start_workers(config, num_workers or min(num_envs, os.cpu_count() or 1))
         self._closed = False
 
     # -- subprocess plumbing --------------------------------------------------------------------
     def _start_workers(self, config: dict[str, Any], num_workers: int) -> None:
+        # Workers are fresh interpreters (``python -m sim_envs.vector_worker``) joined by a socket
+        # pair: no fork of a process holding GL contexts, and no re-import of the caller's script.
         num_workers = max(1, min(num_workers, self.num_envs))
         counts = [len(part) for part in np.array_split(np.arange(self.num_envs), num_workers)]
-        ctx = mp.get_context("spawn")
         self._conns, self._procs, self._counts = [], [], counts
         for count in counts:
-            parent, child = ctx.Pipe()
-            proc = ctx.Process(target=_worker, args=(child, self.env_id, config, count), daemon=True)
-            proc.start()
-            child.close()
-            self._conns.append(parent)
+            parent_sock, child_sock = socket.socketpair()
+            proc = subprocess.Popen(
+                [sys.executable, "-m", "sim_envs.vector_worker", str(child_sock.fileno())],
+                pass_fds=[child_sock.fileno()],
+                env={**os.environ, "PYTHONUNBUFFERED": "1"},
+            )
+            child_sock.close()
+            conn = Connection(parent_sock.detach())
+            conn.send((self.env_id, config, count))
+            self._conns.append(conn)
             self._procs.append(proc)
         specs = [self._receive(conn) for conn in self._conns]
         self.spec = EnvSpec.from_dict(specs[0])
@@ -157,7 +106,12 @@ class SimVectorEnv:
             raise RuntimeError("a sim worker process died; see its stderr above") from None
         if status == "error":
             name, message = payload
-            raise (ContractError if name == "ContractError" else RuntimeError)(message)
+            error_type = {
+                "ContractError": ContractError,
+                "ValueError": ValueError,
+                "UnknownEnvError": ValueError,
+            }
+            raise error_type.get(name, RuntimeError)(message)
         return payload
 
     def _scatter(self, command: str, items: list) -> list:
@@ -175,10 +129,15 @@ class SimVectorEnv:
         return results
 
     # -- the batched contract -------------------------------------------------------------------
-    def reset(self, seed: int | None = None) -> tuple[dict[str, Any], dict]:
-        """Reset every env; env i gets ``seed + i`` so a seeded reset is reproducible."""
-        seeds = [None if seed is None else seed + i for i in range(self.num_envs)]
-        return self.stack_obs(self._scatter("reset", seeds)), {}
+    def reset(
+        self, seed: int | None = None, seeds: list[int | None] | None = None
+    ) -> tuple[dict[str, Any], dict]:
+        """Reset every env; env i gets ``seed + i`` (or ``seeds[i]``), so resets are reproducible."""
+        if seeds is None:
+            seeds = [None if seed is None else seed + i for i in range(self.num_envs)]
+        elif len(seeds) != self.num_envs:
+            raise ValueError(f"seeds must have one entry per env ({self.num_envs}), got {len(seeds)}")
+        return self.stack_obs(self._scatter("reset", list(seeds))), {}
 
     def step(self, actions: np.ndarray) -> ChunkResult:
         """One step for every env: ``actions`` is ``[N, action_dim]``."""
@@ -240,9 +199,12 @@ class SimVectorEnv:
                 conn.recv()
             except (BrokenPipeError, EOFError, OSError):
                 pass
+        for conn in self._conns:
+            conn.close()
         for proc in self._procs:
-            proc.join(timeout=5)
-            if proc.is_alive():
+            try:
+                proc.wait(timeout=5)
+            except subprocess.TimeoutExpired:
                 proc.kill()
 
     def __enter__(self) -> SimVectorEnv:

@@ -8,12 +8,38 @@ from pathlib import Path
 
 
 def _rollout(args: argparse.Namespace) -> int:
-    from trainer.rollout import run_rollout
+    from trainer.demo import run_rollout
 
     result = run_rollout(args.env, args.policy, args.episodes, Path(args.out), args.seed)
     print(
         f"{result.episodes} episodes, success rate {result.success_rate:.2f}, "
         f"mean return {result.return_mean:.2f}; frames in {result.video_path}"
+    )
+    return 0
+
+
+def _train(args: argparse.Namespace) -> int:
+    from trainer.configs import load_config
+    from trainer.configs.loader import ConfigError
+    from trainer.runner import CONFIG_FILE, Runner
+
+    if args.resume:
+        run_dir = Path(args.resume)
+        if not (run_dir / CONFIG_FILE).exists():
+            raise ConfigError(f"--resume {run_dir}: no {CONFIG_FILE} there (not a run directory)")
+        if args.config:
+            raise ConfigError("--resume takes the run's own config; pass changes as key=value overrides")
+        config = load_config(str(run_dir / CONFIG_FILE), args.overrides)
+        runner = Runner(config, resume_dir=run_dir)
+    else:
+        runner = Runner(load_config(args.config, args.overrides))
+    print(f"run directory: {runner.run_dir}")
+    try:
+        progress = runner.run()
+    except KeyboardInterrupt:
+        return 130
+    print(
+        f"done: {progress.iteration} iterations, {progress.env_steps} env steps in {progress.wall_s:.0f} s; outputs in {runner.run_dir}"
     )
     return 0
 
@@ -29,6 +55,14 @@ def _not_yet(name: str, issue: str):
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="rlinf-trainer", description=__doc__)
     sub = parser.add_subparsers(dest="command", required=True)
+
+    train = sub.add_parser("train", help="sim-only RL training run (default: PPO on FrankaPickLift, CPU)")
+    train.add_argument("--config", default=None, help="preset name in trainer/configs/ or a YAML path")
+    train.add_argument(
+        "--resume", default=None, metavar="DIR", help="continue the run in DIR from its last checkpoint"
+    )
+    train.add_argument("overrides", nargs="*", help="key=value overrides, e.g. run.total_env_steps=200000")
+    train.set_defaults(func=_train)
 
     rollout = sub.add_parser("rollout", help="play a random or scripted policy and save frames")
     rollout.add_argument("--env", default="rlinf/FrankaPickLift-v0")

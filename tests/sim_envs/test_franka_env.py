@@ -190,3 +190,16 @@ def test_render_returns_front_camera_frame():
     env.reset(seed=0)
     frame = env.render()
     assert frame.shape == (96, 96, 3) and frame.dtype == np.uint8 and frame.std() > 5
+
+
+def test_a_physics_blow_up_ends_the_episode_with_a_flag():
+    env = sim_envs.make("rlinf/FrankaPickLift-v0", cameras=())
+    env.reset(seed=0)
+    cube_dof = env.model.joint("cube_joint").dofadr[0]
+    env.data.qvel[cube_dof] = 1e20  # MuJoCo detects this and resets its state
+    _, reward, terminated, truncated, info = env.step(np.zeros(7, np.float32))
+    assert truncated and not terminated and reward == 0.0
+    assert info["physics_unstable"] is True
+    env.reset(seed=0)
+    *_, info = env.step(np.zeros(7, np.float32))
+    assert "physics_unstable" not in info

@@ -17,7 +17,8 @@ def test_reality_gap_applies_its_fixed_perturbation():
     )
     assert gap.model.body_mass[cube_body] == pytest.approx(1.5 * nominal.model.body_mass[cube_body])
     assert gap.model.actuator_gainprm[0, 0] == pytest.approx(0.8 * nominal.model.actuator_gainprm[0, 0])
-    assert gap._latency_substeps == 20  # 40 ms at 2 ms physics steps
+    assert gap._latency_substeps == round(0.040 / gap.cfg.physics_dt)
+    assert gap._latency_substeps > 0
     assert not np.allclose(gap.model.cam_pos, nominal.model.cam_pos)
     assert gap.model.light_diffuse[0, 0] == pytest.approx(0.7 * nominal.model.light_diffuse[0, 0])
 

@@ -1,0 +1,157 @@
+"""Gaussian actor-critic policies over state (MLP) or images + state (CNN), with chunked actions.
+
+Two action heads:
+  * ``gaussian``: state-independent log-std, samples clipped into the bounds (PPO, GRPO);
+  * ``tanh_gaussian``: state-dependent log-std, squashed by tanh with the log-det correction (SAC).
+Actions live in [-1, 1] inside the network and are mapped affinely onto the spec's bounds.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict
+from typing import Any
+
+import numpy as np
+import torch
+from torch import nn
+from torch.distributions import Normal
+
+from policies.base import Policy, PolicyEvaluation, PolicyOutput, to_tensors
+from policies.config import PolicyConfig
+from policies.encoders import ImageEncoder, mlp
+from policies.normalization import RunningNormalizer
+from protos import EnvSpec
+
+LOG_STD_MIN, LOG_STD_MAX = -5.0, 2.0
+ACTIVATIONS = {"tanh": nn.Tanh, "relu": nn.ReLU}
+
+
+class ObservationEncoder(nn.Module):
+    """Normalised state, plus one CNN feature vector per configured camera, concatenated."""
+
+    def __init__(self, spec: EnvSpec, cfg: PolicyConfig) -> None:
+        super().__init__()
+        self.normalize = cfg.normalize_state
+        self.state_norm = RunningNormalizer(spec.state_dim)
+        self.cameras = list(cfg.cameras) if cfg.kind == "cnn" else []
+        for name in self.cameras:
+            if name not in spec.camera_names:
+                raise ValueError(
+                    f"policy camera {name!r} is not in the env's cameras {list(spec.camera_names)}"
+                )
+        self.image_encoders = nn.ModuleDict(
+            {
+                name: ImageEncoder(tuple(cfg.cnn_channels), cfg.cnn_features, spec.camera(name).shape[:2])
+                for name in self.cameras
+            }
+        )
+        self.out_dim = spec.state_dim + cfg.cnn_features * len(self.cameras)
+
+    def forward(self, obs: dict[str, Any]) -> torch.Tensor:
+        state = obs["state"]
+        features = [self.state_norm(state) if self.normalize else state]
+        features += [self.image_encoders[name](obs["images"][name]) for name in self.cameras]
+        return torch.cat(features, dim=-1)
+
+
+class GaussianActorCritic(Policy):
+    """Actor (+ optional value head) with a Gaussian or tanh-Gaussian action chunk head."""
+
+    def __init__(self, spec: EnvSpec, cfg: PolicyConfig) -> None:
+        super().__init__()
+        self.spec, self.cfg = spec, cfg
+        self.chunk_size = cfg.chunk_size
+        self.action_dim = spec.action.dim
+        out = cfg.chunk_size * self.action_dim
+        act = ACTIVATIONS[cfg.activation]
+        self.encoder = ObservationEncoder(spec, cfg)
+        self.actor = mlp([self.encoder.out_dim, *cfg.hidden_sizes], act)
+        self.actor_act = act()
+        self.mean_head = nn.Linear(cfg.hidden_sizes[-1], out)
+        if cfg.head == "gaussian":
+            self.log_std = nn.Parameter(torch.full((out,), cfg.init_log_std))
+        else:
+            self.log_std_head = nn.Linear(cfg.hidden_sizes[-1], out)
+        self.critic = mlp([self.encoder.out_dim, *cfg.hidden_sizes, 1], act) if cfg.value_head else None
+        self.register_buffer("action_low", torch.as_tensor(spec.action.low_array()))
+        self.register_buffer("action_high", torch.as_tensor(spec.action.high_array()))
+        nn.init.orthogonal_(self.mean_head.weight, gain=0.01)
+        nn.init.zeros_(self.mean_head.bias)
+
+    # -- pieces ----------------------------------------------------------------------------------
+    def config_dict(self) -> dict[str, Any]:
+        return asdict(self.cfg)
+
+    def _as_tensors(self, obs: dict[str, Any]) -> dict[str, Any]:
+        if isinstance(obs["state"], torch.Tensor):
+            return obs
+        return to_tensors(obs, self.action_low.device)
+
+    def distribution(self, features: torch.Tensor) -> Normal:
+        hidden = self.actor_act(self.actor(features))
+        mean = self.mean_head(hidden)
+        if self.cfg.head == "gaussian":
+            log_std = self.log_std.expand_as(mean)
+        else:
+            log_std = torch.clamp(self.log_std_head(hidden), LOG_STD_MIN, LOG_STD_MAX)
+        return Normal(mean, log_std.exp())
+
+    def to_env_units(self, unit_actions: torch.Tensor) -> torch.Tensor:
+        """[-1, 1] -> the spec's bounds."""
+        return self.action_low + (unit_actions + 1.0) * 0.5 * (self.action_high - self.action_low)
+
+    def squash(self, samples: torch.Tensor) -> torch.Tensor:
+        return torch.clamp(samples, -1.0, 1.0) if self.cfg.head == "gaussian" else torch.tanh(samples)
+
+    def log_prob(self, dist: Normal, samples: torch.Tensor) -> torch.Tensor:
+        logp = dist.log_prob(samples)
+        if self.cfg.head == "tanh_gaussian":
+            logp = logp - 2.0 * (np.log(2.0) - samples - nn.functional.softplus(-2.0 * samples))
+        return logp.sum(-1)
+
+    def value(self, obs: dict[str, Any]) -> torch.Tensor:
+        if self.critic is None:
+            raise ValueError("this policy has no value head (policy.value_head=false)")
+        return self.critic(self.encoder(self._as_tensors(obs))).squeeze(-1)
+
+    def _chunked(self, flat: torch.Tensor) -> torch.Tensor:
+        return flat.reshape(flat.shape[0], self.chunk_size, self.action_dim)
+
+    # -- the interface -----------------------------------------------------------------------------
+    @torch.no_grad()
+    def act(self, obs: dict[str, Any], mode: str = "sample") -> PolicyOutput:
+        if mode not in ("sample", "greedy"):
+            raise ValueError(f"mode must be 'sample' or 'greedy', got {mode!r}")
+        obs = self._as_tensors(obs)
+        features = self.encoder(obs)
+        dist = self.distribution(features)
+        samples = dist.sample() if mode == "sample" else dist.mean
+        value = self.critic(features).squeeze(-1) if self.critic is not None else None
+        return PolicyOutput(
+            actions=self.to_env_units(self._chunked(self.squash(samples))),
+            samples=self._chunked(samples),
+            log_prob=self.log_prob(dist, samples),
+            value=value,
+        )
+
+    def evaluate(self, obs: dict[str, Any], samples: torch.Tensor) -> PolicyEvaluation:
+        obs = self._as_tensors(obs)
+        features = self.encoder(obs)
+        dist = self.distribution(features)
+        flat = samples.reshape(samples.shape[0], -1)
+        value = self.critic(features).squeeze(-1) if self.critic is not None else None
+        return PolicyEvaluation(self.log_prob(dist, flat), dist.entropy().sum(-1), value)
+
+    def rsample(
+        self, obs: dict[str, Any], features: torch.Tensor | None = None
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """Reparameterised sample in [-1, 1] with its log-prob, for SAC-style actor losses."""
+        if features is None:
+            features = self.encoder(self._as_tensors(obs))
+        dist = self.distribution(features)
+        samples = dist.rsample()
+        return self.squash(samples), self.log_prob(dist, samples)
+
+    def update_normalizers(self, obs: dict[str, Any]) -> None:
+        if self.cfg.normalize_state:
+            self.encoder.state_norm.update(self._as_tensors(obs)["state"])

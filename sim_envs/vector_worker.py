@@ -1,0 +1,95 @@
+"""Worker side of :class:`sim_envs.vector.SimVectorEnv`: a few envs in their own interpreter.
+
+Started as ``python -m sim_envs.vector_worker FD``; FD is a socket to the parent that carries
+pickled (command, payload) pairs. The worker exits when the parent says "close" or goes away.
+"""
+
+from __future__ import annotations
+
+import signal
+import sys
+from multiprocessing.connection import Connection
+from typing import Any
+
+import numpy as np
+
+
+class EnvSlot:
+    """One env plus its episode bookkeeping and auto-reset."""
+
+    def __init__(self, env_id: str, config: dict[str, Any]) -> None:
+        from sim_envs.registry import make
+
+        self.env = make(env_id, **config)
+        self.episode_return = 0.0
+        self.episode_length = 0
+        self.episode_success = False
+
+    def reset(self, seed: int | None) -> dict[str, Any]:
+        obs, _ = self.env.reset(seed=seed)
+        self.episode_return, self.episode_length, self.episode_success = 0.0, 0, False
+        return obs
+
+    def run_chunk(self, actions: np.ndarray) -> tuple:
+        chunk = actions.shape[0]
+        rewards = np.zeros(chunk, np.float32)
+        terminated = np.zeros(chunk, bool)
+        truncated = np.zeros(chunk, bool)
+        success = np.zeros(chunk, bool)
+        valid = np.zeros(chunk, bool)
+        final_obs, summary = None, None
+        for t in range(chunk):
+            obs, reward, term, trunc, info = self.env.step(actions[t])
+            rewards[t], terminated[t], truncated[t] = reward, term, trunc
+            success[t] = info["success"]
+            valid[t] = True
+            self.episode_return += reward
+            self.episode_length += 1
+            self.episode_success |= bool(info["success"])
+            if term or trunc:
+                summary = (self.episode_return, self.episode_length, self.episode_success)
+                final_obs = obs
+                obs = self.reset(seed=None)
+                break
+        return obs, rewards, terminated, truncated, success, valid, final_obs, summary
+
+
+def _worker(conn: Connection, env_id: str, config: dict[str, Any], count: int) -> None:
+    try:
+        slots = [EnvSlot(env_id, config) for _ in range(count)]
+    except Exception as exc:
+        conn.send(("error", (type(exc).__name__, str(exc))))
+        return
+    conn.send(("ready", slots[0].env.env_spec.to_dict()))
+    while True:
+        command, payload = conn.recv()
+        try:
+            if command == "reset":
+                result = [slot.reset(seed) for slot, seed in zip(slots, payload)]
+            elif command == "chunk":
+                result = [slot.run_chunk(a) for slot, a in zip(slots, payload)]
+            elif command == "close":
+                for slot in slots:
+                    slot.env.close()
+                conn.send(("ok", None))
+                return
+            else:
+                raise ValueError(f"unknown worker command {command!r}")
+            conn.send(("ok", result))
+        except Exception as exc:
+            conn.send(("error", (type(exc).__name__, str(exc))))
+
+
+def main() -> None:
+    # Ctrl-C is for the parent: it saves a checkpoint and then closes us in order.
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    conn = Connection(int(sys.argv[1]))
+    try:
+        env_id, config, count = conn.recv()
+        _worker(conn, env_id, config, count)
+    except (EOFError, ConnectionResetError, BrokenPipeError):
+        pass  # the parent went away
+
+
+if __name__ == "__main__":
+    main()

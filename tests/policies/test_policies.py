@@ -1,0 +1,87 @@
+import numpy as np
+import pytest
+import torch
+
+import sim_envs
+from policies import PolicyConfig, load_policy, make_policy
+from sim_envs.vector import SimVectorEnv
+
+
+@pytest.fixture(scope="module")
+def env():
+    env = sim_envs.make("rlinf/FrankaPickLift-v0", image_height=64, image_width=64)
+    yield env
+    env.close()
+
+
+def batch(env, n=3):
+    obs = [env.reset(seed=i)[0] for i in range(n)]
+    return SimVectorEnv.stack_obs(obs)
+
+
+@pytest.mark.parametrize("head", ["gaussian", "tanh_gaussian"])
+@pytest.mark.parametrize("kind", ["mlp", "cnn"])
+def test_act_returns_chunks_inside_the_bounds(env, kind, head):
+    cfg = PolicyConfig(
+        kind=kind,
+        head=head,
+        chunk_size=4,
+        cameras=["front", "wrist"] if kind == "cnn" else [],
+        hidden_sizes=[32],
+    )
+    policy = make_policy(env.env_spec, cfg)
+    out = policy.act(batch(env), mode="sample")
+    assert out.actions.shape == (3, 4, 7)
+    assert (out.actions >= -1).all() and (out.actions <= 1).all()
+    assert out.log_prob.shape == (3,) and torch.isfinite(out.log_prob).all()
+    assert out.value.shape == (3,)
+    greedy_a = policy.act(batch(env), mode="greedy").actions
+    greedy_b = policy.act(batch(env), mode="greedy").actions
+    torch.testing.assert_close(greedy_a, greedy_b)
+    evaluation = policy.evaluate(batch(env), out.samples)
+    torch.testing.assert_close(evaluation.log_prob, out.log_prob, rtol=1e-4, atol=1e-4)
+
+
+def test_cnn_policy_uses_the_images(env):
+    policy = make_policy(env.env_spec, PolicyConfig(kind="cnn", cameras=["front"], hidden_sizes=[32]))
+    obs = batch(env, 2)
+    base = policy.act(obs, mode="greedy").value
+    obs["images"]["front"] = 255 - obs["images"]["front"]
+    assert not torch.allclose(base, policy.act(obs, mode="greedy").value)
+
+
+def test_joint_position_actions_are_mapped_onto_joint_limits():
+    env = sim_envs.make("rlinf/FrankaReach-v0", cameras=(), action_mode="joint_position")
+    policy = make_policy(env.env_spec, PolicyConfig(init_log_std=2.0))
+    out = policy.act(batch(env, 64))
+    low, high = env.env_spec.action.low_array(), env.env_spec.action.high_array()
+    actions = out.actions[:, 0].numpy()
+    assert (actions >= low - 1e-6).all() and (actions <= high + 1e-6).all()
+    assert actions[:, 3].min() < -2.5  # joint 4 reaches deep into its negative range
+
+
+def test_normalizer_tracks_statistics_and_is_saved(env, tmp_path):
+    policy = make_policy(env.env_spec, PolicyConfig(hidden_sizes=[16]))
+    obs = batch(env, 5)
+    policy.update_normalizers(obs)
+    mean = policy.encoder.state_norm.mean.numpy()
+    np.testing.assert_allclose(mean, obs["state"].mean(0), rtol=1e-3, atol=1e-3)
+    policy.save(tmp_path / "p.pt")
+    loaded = load_policy(tmp_path / "p.pt")
+    np.testing.assert_allclose(loaded.encoder.state_norm.mean.numpy(), mean)
+    torch.testing.assert_close(loaded.act(obs, "greedy").actions, policy.act(obs, "greedy").actions)
+
+
+def test_loading_weights_of_another_shape_says_so(env):
+    policy = make_policy(env.env_spec, PolicyConfig(hidden_sizes=[16]))
+    other = make_policy(env.env_spec, PolicyConfig(hidden_sizes=[32]))
+    with pytest.raises(ValueError, match=r"has shape \[32, 32\], this policy expects \[16, 32\]"):
+        policy.load_weights(other.state_dict())
+
+
+def test_bad_policy_configs():
+    with pytest.raises(ValueError, match="needs at least one camera"):
+        PolicyConfig(kind="cnn")
+    env = sim_envs.make("rlinf/FrankaReach-v0", cameras=())
+    with pytest.raises(ValueError, match="policy camera 'front' is not in the env's cameras"):
+        make_policy(env.env_spec, PolicyConfig(kind="cnn", cameras=["front"]))

@@ -1,0 +1,46 @@
+import pytest
+
+from trainer.configs import ConfigError, load_config
+from trainer.configs.loader import algorithm_config, preset_names
+
+
+def test_default_preset_is_ppo_on_pick_lift_with_state():
+    config = load_config()
+    assert config.algorithm == "ppo"
+    assert config.env.id == "rlinf/FrankaPickLift-v0"
+    assert config.policy.kind == "mlp"
+    assert list(config.env.kwargs["cameras"]) == []
+
+
+def test_overrides_are_typed_and_applied():
+    config = load_config(
+        "ppo_reach", ["run.total_env_steps=1234", "policy.hidden_sizes=[32,32]", "algo.learning_rate=0.001"]
+    )
+    assert config.run.total_env_steps == 1234
+    assert config.policy.hidden_sizes == [32, 32]
+    assert algorithm_config(config).learning_rate == 0.001
+
+
+@pytest.mark.parametrize(
+    ("name", "overrides", "message"),
+    [
+        (None, ["run.totl_env_steps=5"], r"run\.totl_env_steps"),
+        (None, ["run.total_env_steps=lots"], r"run\.total_env_steps"),
+        (None, ["algo.learning_rat=0.1"], r"algo\.learning_rat"),
+        (None, ["algorithm=dqn"], "unknown algorithm 'dqn'"),
+        (None, ["policy.kind=transformer"], "policy.kind must be"),
+        (None, ["run.seed"], "must look like key=value"),
+        ("no_such_preset", [], "unknown config 'no_such_preset'; presets:"),
+        ("missing.yaml", [], "does not exist"),
+    ],
+)
+def test_bad_configs_fail_with_the_key_named(name, overrides, message):
+    with pytest.raises(ConfigError, match=message):
+        load_config(name, overrides)
+
+
+def test_every_preset_loads():
+    names = preset_names()
+    assert "ppo_pick_lift" in names
+    for name in names:
+        load_config(name)

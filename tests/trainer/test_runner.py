@@ -1,0 +1,123 @@
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from trainer.checkpoint import latest_checkpoint
+from trainer.configs import ConfigError, load_config
+from trainer.runner import Runner
+
+ROOT = Path(__file__).resolve().parents[2]
+SMALL = [
+    "env.id=rlinf/FrankaReach-v0",
+    "env.num_envs=4",
+    "env.backend=inline",
+    "env.kwargs.cameras=[]",
+    "policy.hidden_sizes=[32,32]",
+    "algo.update_epochs=2",
+    "algo.num_minibatches=2",
+    "run.eval_every=2",
+    "run.eval_episodes=1",
+    "run.checkpoint_every=2",
+    "run.keep_checkpoints=2",
+]
+
+
+def read_metrics(run_dir: Path) -> list[dict]:
+    return [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
+
+
+def test_a_short_run_writes_metrics_tensorboard_checkpoints_and_video(tmp_path):
+    config = load_config(
+        None, [*SMALL, f"run.output_dir={tmp_path}", "run.total_env_steps=800", "run.checkpoint_every=1"]
+    )
+    progress = Runner(config).run()
+    assert progress.env_steps == 800 and progress.iteration == 4
+    rows = read_metrics(tmp_path)
+    assert [r["iteration"] for r in rows] == [1, 2, 3, 4]
+    for row in rows:
+        assert {"iteration", "env_steps", "wall_s", "return_mean", "success_rate"} <= set(row)
+    assert [r["env_steps"] for r in rows] == [200, 400, 600, 800]
+    assert "eval/success_rate" in rows[1] and "eval/success_rate" not in rows[0]
+    assert list((tmp_path / "tensorboard").glob("events.out.tfevents.*"))
+    assert latest_checkpoint(tmp_path).name == "step_800"
+    assert (tmp_path / "checkpoints" / "step_800" / "policy.pt").exists()
+    assert sorted(p.name for p in (tmp_path / "checkpoints").iterdir()) == ["step_600", "step_800"]
+    assert (tmp_path / "videos" / "step_400.gif").stat().st_size > 1000
+    assert (tmp_path / "config.yaml").exists()
+
+
+def test_resume_reproduces_the_uninterrupted_run(tmp_path):
+    full_dir, split_dir = tmp_path / "full", tmp_path / "split"
+    Runner(load_config(None, [*SMALL, f"run.output_dir={full_dir}", "run.total_env_steps=1200"])).run()
+    Runner(load_config(None, [*SMALL, f"run.output_dir={split_dir}", "run.total_env_steps=400"])).run()
+    resumed = load_config(str(split_dir / "config.yaml"), ["run.total_env_steps=1200"])
+    Runner(resumed, resume_dir=split_dir).run()
+    full, split = read_metrics(full_dir), read_metrics(split_dir)
+    assert [r["iteration"] for r in split] == [1, 2, 3, 4, 5, 6]
+    for a, b in zip(full, split, strict=True):
+        for key in (
+            "env_steps",
+            "return_mean",
+            "success_rate",
+            "train/policy_loss",
+            "train/value_loss",
+            "train/approx_kl",
+        ):
+            assert a[key] == pytest.approx(b[key], rel=1e-5, abs=1e-7), (a["iteration"], key)
+
+
+def test_starting_over_an_existing_run_is_refused(tmp_path):
+    Runner(load_config(None, [*SMALL, f"run.output_dir={tmp_path}", "run.total_env_steps=200"])).run()
+    with pytest.raises(ConfigError, match="already holds a run; pass --resume"):
+        Runner(load_config(None, [*SMALL, f"run.output_dir={tmp_path}"]))
+
+
+def test_resume_with_another_policy_shape_says_so(tmp_path):
+    Runner(load_config(None, [*SMALL, f"run.output_dir={tmp_path}", "run.total_env_steps=200"])).run()
+    changed = load_config(
+        str(tmp_path / "config.yaml"), ["policy.hidden_sizes=[64,64]", "run.total_env_steps=400"]
+    )
+    with pytest.raises(ValueError, match=r"checkpoint parameter .* has shape"):
+        Runner(changed, resume_dir=tmp_path).run()
+
+
+def test_ctrl_c_saves_a_checkpoint_and_the_run_resumes(tmp_path):
+    exe = Path(sys.executable).with_name("rlinf-trainer")
+    args = [
+        str(exe),
+        "train",
+        *SMALL,
+        "run.checkpoint_every=1000",
+        "run.eval_every=0",
+        f"run.output_dir={tmp_path}",
+    ]
+    proc = subprocess.Popen(args, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    metrics = tmp_path / "metrics.jsonl"
+    deadline = time.time() + 120
+    while time.time() < deadline and not (metrics.exists() and len(metrics.read_text().splitlines()) >= 2):
+        time.sleep(0.2)
+    proc.send_signal(signal.SIGINT)
+    output, _ = proc.communicate(timeout=60)
+    assert proc.returncode == 130, output
+    assert "interrupted: saved" in output and "Traceback" not in output
+    checkpoint = latest_checkpoint(tmp_path)
+    assert checkpoint is not None
+    done_steps = int(checkpoint.name.split("_")[1])
+    assert done_steps >= 400
+    total = done_steps + 200
+    resumed = subprocess.run(
+        [str(exe), "train", "--resume", str(tmp_path), f"run.total_env_steps={total}"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env={**os.environ},
+    )
+    assert resumed.returncode == 0, resumed.stderr
+    assert read_metrics(tmp_path)[-1]["env_steps"] == total

@@ -1,0 +1,1 @@
+"""RL algorithms, one readable file each: PPO, GRPO, SAC, RLPD."""

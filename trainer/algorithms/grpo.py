@@ -1,0 +1,118 @@
+"""GRPO: group-relative policy optimisation, the critic-free algorithm RLinf uses for VLAs.
+
+The envs are split into groups of G. Every env in a group resets from the same seed, so the G
+rollouts start from the same state. Each rollout's episode return is normalised within its group
+(advantage = (R - mean) / std), that advantage is given to every decision of the episode, and the
+policy takes clipped-ratio steps on it. No value function is learned.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+from torch import nn
+
+from policies import Policy
+from sim_envs.vector import SimVectorEnv
+from trainer.algorithms.common import (
+    IterationResult,
+    OnPolicyBatch,
+    collect_on_policy,
+    decisions_per_episode,
+    policy_cameras,
+)
+
+
+@dataclass
+class GRPOConfig:
+    group_size: int = 8
+    learning_rate: float = 3e-4
+    update_epochs: int = 4
+    num_minibatches: int = 4
+    clip_coef: float = 0.2
+    entropy_coef: float = 0.0
+    kl_coef: float = 0.0  # penalty on the k3 KL to the rollout policy
+    max_grad_norm: float = 0.5
+
+
+class GRPO:
+    """Critic-free policy optimisation with group-normalised episode returns."""
+
+    config_class = GRPOConfig
+
+    def __init__(self, policy: Policy, cfg: GRPOConfig) -> None:
+        self.policy, self.cfg = policy, cfg
+        self.optimizer = torch.optim.Adam(policy.parameters(), lr=cfg.learning_rate, eps=1e-5)
+
+    def iterate(self, venv: SimVectorEnv, seed: int) -> IterationResult:
+        groups, rest = divmod(venv.num_envs, self.cfg.group_size)
+        if rest or groups == 0:
+            raise ValueError(
+                f"env.num_envs ({venv.num_envs}) must be a multiple of algo.group_size ({self.cfg.group_size})"
+            )
+        seeds = [seed + i // self.cfg.group_size for i in range(venv.num_envs)]
+        steps = decisions_per_episode(venv, self.policy)
+        batch = collect_on_policy(venv, self.policy, seed, steps, policy_cameras(self.policy), seeds=seeds)
+        metrics = self.update(batch, groups)
+        return IterationResult(batch.env_steps, batch.finished, metrics)
+
+    def first_episode_mask(self, batch: OnPolicyBatch) -> torch.Tensor:
+        """[T, N]: 1 for decisions in each env's first episode (later ones restart from other seeds)."""
+        ended_before = torch.cumsum(batch.dones, dim=0) - batch.dones
+        return (ended_before == 0).float()
+
+    def group_advantages(self, batch: OnPolicyBatch, groups: int) -> tuple[torch.Tensor, torch.Tensor]:
+        mask = self.first_episode_mask(batch)
+        returns = (batch.rewards * mask).sum(0)  # [N]
+        grouped = returns.reshape(groups, self.cfg.group_size)
+        advantages = (grouped - grouped.mean(1, keepdim=True)) / (grouped.std(1, keepdim=True) + 1e-6)
+        return advantages.reshape(-1), mask
+
+    def update(self, batch: OnPolicyBatch, groups: int) -> dict[str, float]:
+        cfg, policy = self.cfg, self.policy
+        episode_adv, mask = self.group_advantages(batch, groups)
+        advantages = (episode_adv.unsqueeze(0) * mask).flatten()
+        keep = mask.flatten() > 0
+        obs = batch.flat_obs()
+        obs = {"state": obs["state"][keep], "images": {k: v[keep] for k, v in obs["images"].items()}}
+        samples = batch.samples.flatten(0, 1)[keep]
+        old_log_probs = batch.log_probs.flatten()[keep]
+        advantages = advantages[keep]
+        size = samples.shape[0]
+        minibatch = max(1, size // cfg.num_minibatches)
+        stats: dict[str, list[float]] = {"policy_loss": [], "entropy": [], "approx_kl": []}
+        for _ in range(cfg.update_epochs):
+            order = torch.randperm(size)
+            for start in range(0, size, minibatch):
+                idx = order[start : start + minibatch]
+                mb_obs = {"state": obs["state"][idx], "images": {k: v[idx] for k, v in obs["images"].items()}}
+                evaluation = policy.evaluate(mb_obs, samples[idx])
+                log_ratio = evaluation.log_prob - old_log_probs[idx]
+                ratio = log_ratio.exp()
+                approx_kl = ((ratio - 1) - log_ratio).mean()
+                adv = advantages[idx]
+                policy_loss = torch.max(
+                    -adv * ratio, -adv * torch.clamp(ratio, 1 - cfg.clip_coef, 1 + cfg.clip_coef)
+                ).mean()
+                entropy = evaluation.entropy.mean()
+                loss = policy_loss - cfg.entropy_coef * entropy + cfg.kl_coef * approx_kl
+                self.optimizer.zero_grad()
+                loss.backward()
+                nn.utils.clip_grad_norm_(policy.parameters(), cfg.max_grad_norm)
+                self.optimizer.step()
+                stats["policy_loss"].append(float(policy_loss.detach()))
+                stats["entropy"].append(float(entropy.detach()))
+                stats["approx_kl"].append(float(approx_kl.detach()))
+        returns = (batch.rewards * mask).sum(0).reshape(groups, cfg.group_size)
+        return {
+            **{k: float(np.mean(v)) for k, v in stats.items()},
+            "group_return_std": float(returns.std(1).mean()),
+        }
+
+    def state_dict(self) -> dict:
+        return {"optimizer": self.optimizer.state_dict()}
+
+    def load_state_dict(self, state: dict) -> None:
+        self.optimizer.load_state_dict(state["optimizer"])

@@ -1,0 +1,88 @@
+"""Checkpoints: ``checkpoints/step_<N>/`` with the policy, the algorithm state, RNG and progress.
+
+A checkpoint directory is written under a temporary name and renamed into place, so a killed
+process never leaves a half-written ``step_<N>``.
+"""
+
+from __future__ import annotations
+
+import json
+import random
+import shutil
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+from policies import Policy
+
+CHECKPOINT_DIR = "checkpoints"
+
+
+@dataclass
+class Progress:
+    """Where a run is: iterations done, env steps taken, wall time spent."""
+
+    iteration: int = 0
+    env_steps: int = 0
+    wall_s: float = 0.0
+
+
+def rng_state() -> dict[str, Any]:
+    return {"torch": torch.get_rng_state(), "numpy": np.random.get_state(), "python": random.getstate()}
+
+
+def set_rng_state(state: dict[str, Any]) -> None:
+    torch.set_rng_state(state["torch"])
+    np.random.set_state(state["numpy"])
+    random.setstate(state["python"])
+
+
+def save_checkpoint(run_dir: Path, progress: Progress, policy: Policy, algorithm: Any) -> Path:
+    root = run_dir / CHECKPOINT_DIR
+    final = root / f"step_{progress.env_steps}"
+    tmp = root / f".step_{progress.env_steps}.tmp"
+    if tmp.exists():
+        shutil.rmtree(tmp)
+    tmp.mkdir(parents=True)
+    policy.save(tmp / "policy.pt")
+    torch.save({"algorithm": algorithm.state_dict(), "rng": rng_state()}, tmp / "trainer_state.pt")
+    if hasattr(algorithm, "save_buffers"):
+        algorithm.save_buffers(tmp)
+    (tmp / "progress.json").write_text(json.dumps(asdict(progress)))
+    if final.exists():
+        shutil.rmtree(final)
+    tmp.rename(final)
+    return final
+
+
+def list_checkpoints(run_dir: Path) -> list[Path]:
+    """Complete checkpoints, oldest first."""
+    root = run_dir / CHECKPOINT_DIR
+    if not root.is_dir():
+        return []
+    steps = [p for p in root.glob("step_*") if (p / "progress.json").exists()]
+    return sorted(steps, key=lambda p: int(p.name.split("_")[1]))
+
+
+def latest_checkpoint(run_dir: Path) -> Path | None:
+    checkpoints = list_checkpoints(run_dir)
+    return checkpoints[-1] if checkpoints else None
+
+
+def prune_checkpoints(run_dir: Path, keep: int) -> None:
+    for old in list_checkpoints(run_dir)[:-keep] if keep > 0 else []:
+        shutil.rmtree(old)
+
+
+def load_checkpoint(path: Path, policy: Policy, algorithm: Any) -> Progress:
+    payload = torch.load(path / "policy.pt", map_location="cpu", weights_only=False)
+    policy.load_weights(payload["state_dict"])
+    state = torch.load(path / "trainer_state.pt", map_location="cpu", weights_only=False)
+    algorithm.load_state_dict(state["algorithm"])
+    if hasattr(algorithm, "load_buffers"):
+        algorithm.load_buffers(path)
+    set_rng_state(state["rng"])
+    return Progress(**json.loads((path / "progress.json").read_text()))

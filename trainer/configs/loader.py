@@ -1,0 +1,98 @@
+"""Load a named preset or a YAML file, apply ``key=value`` overrides, and check every key."""
+
+from __future__ import annotations
+
+from dataclasses import fields, is_dataclass
+from pathlib import Path
+from typing import Any
+
+from omegaconf import OmegaConf
+from omegaconf.errors import OmegaConfBaseException
+
+from trainer.configs.schema import TrainConfig
+
+PRESET_DIR = Path(__file__).resolve().parent
+DEFAULT_PRESET = "ppo_pick_lift"
+
+
+class ConfigError(ValueError):
+    """A config that cannot be used; the message names the key."""
+
+
+def preset_names() -> list[str]:
+    return sorted(p.stem for p in PRESET_DIR.glob("*.yaml"))
+
+
+def _resolve(name_or_path: str | None) -> Path:
+    if name_or_path is None:
+        return PRESET_DIR / f"{DEFAULT_PRESET}.yaml"
+    path = Path(name_or_path)
+    if path.suffix in (".yaml", ".yml"):
+        if not path.exists():
+            raise ConfigError(f"config file {path} does not exist")
+        return path
+    preset = PRESET_DIR / f"{name_or_path}.yaml"
+    if not preset.exists():
+        raise ConfigError(
+            f"unknown config {name_or_path!r}; presets: {preset_names()} (or pass a .yaml path)"
+        )
+    return preset
+
+
+def _merge(base: Any, *others: Any) -> Any:
+    try:
+        return OmegaConf.merge(base, *others)
+    except OmegaConfBaseException as exc:
+        key = getattr(exc, "full_key", None)
+        reason = str(exc).splitlines()[0]
+        raise ConfigError(f"config key {key!r}: {reason}" if key else reason) from None
+
+
+def load_config(name_or_path: str | None = None, overrides: list[str] | None = None) -> TrainConfig:
+    """Preset (or file) + overrides -> a validated :class:`TrainConfig`."""
+    schema = OmegaConf.structured(TrainConfig)
+    merged = _merge(schema, OmegaConf.load(_resolve(name_or_path)))
+    if overrides:
+        for item in overrides:
+            if "=" not in item:
+                raise ConfigError(f"override {item!r} must look like key=value (e.g. run.seed=1)")
+        merged = _merge(merged, OmegaConf.from_dotlist(list(overrides)))
+    try:
+        config = OmegaConf.to_object(merged)
+    except (OmegaConfBaseException, ValueError, TypeError) as exc:
+        raise ConfigError(str(exc).splitlines()[0]) from None
+    check_algorithm_keys(config)
+    return config
+
+
+def algorithm_config(config: TrainConfig) -> Any:
+    """The chosen algorithm's typed config, built from ``config.algo``."""
+    from trainer.algorithms.registry import algorithm_class
+
+    cls = algorithm_class(config.algorithm).config_class
+    known = {f.name for f in fields(cls)}
+    for key in config.algo:
+        if key not in known:
+            raise ConfigError(
+                f"unknown config key 'algo.{key}' for algorithm {config.algorithm!r}; known: {sorted(known)}"
+            )
+    typed = _merge(OmegaConf.structured(cls), OmegaConf.create(dict(config.algo)))
+    return OmegaConf.to_object(typed)
+
+
+def check_algorithm_keys(config: TrainConfig) -> None:
+    try:
+        algorithm_config(config)
+    except KeyError as exc:
+        raise ConfigError(str(exc.args[0])) from None
+
+
+def save_config(config: TrainConfig, path: Path) -> None:
+    path.write_text(OmegaConf.to_yaml(OmegaConf.structured(config)))
+
+
+def to_plain(config: Any) -> Any:
+    """Dataclass tree -> plain dict (for logging)."""
+    if is_dataclass(config):
+        return OmegaConf.to_container(OmegaConf.structured(config))
+    return config

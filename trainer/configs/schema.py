@@ -1,0 +1,46 @@
+"""The training config schema. Every key is typed; unknown keys are rejected at start."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from policies.config import PolicyConfig
+
+
+@dataclass
+class RunConfig:
+    """Where and how long a run goes."""
+
+    output_dir: str = ""  # empty: runs/<algorithm>-<env>-<timestamp>
+    seed: int = 0
+    total_env_steps: int = 600_000
+    checkpoint_every: int = 20  # iterations
+    keep_checkpoints: int = 3  # the newest N are kept
+    eval_every: int = 20  # iterations; 0 disables eval and videos
+    eval_episodes: int = 4
+    video: bool = True
+    torch_threads: int = 1
+    device: str = "cpu"
+
+
+@dataclass
+class EnvConfig:
+    """Which env, how many copies, and the env's own config keys (see FrankaEnvConfig)."""
+
+    id: str = "rlinf/FrankaPickLift-v0"
+    num_envs: int = 32
+    backend: str = "subprocess"  # "inline" or "subprocess"
+    num_workers: int = 2
+    kwargs: dict[str, Any] = field(default_factory=lambda: {"cameras": [], "action_rotation": False})
+
+
+@dataclass
+class TrainConfig:
+    """A sim-only training run. ``algo`` holds the chosen algorithm's own keys."""
+
+    run: RunConfig = field(default_factory=RunConfig)
+    env: EnvConfig = field(default_factory=EnvConfig)
+    policy: PolicyConfig = field(default_factory=PolicyConfig)
+    algorithm: str = "ppo"
+    algo: dict[str, Any] = field(default_factory=dict)

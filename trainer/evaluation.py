@@ -1,0 +1,56 @@
+"""Greedy evaluation episodes, with a GIF of the front camera."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+import sim_envs
+from policies import Policy
+from sim_envs.vector import SimVectorEnv
+
+
+def evaluate_policy(
+    policy: Policy,
+    env_id: str,
+    env_kwargs: dict[str, Any],
+    episodes: int,
+    seed: int,
+    video_path: Path | None = None,
+) -> dict[str, float]:
+    """Play ``episodes`` greedy episodes in one env; save the first one's front camera as a GIF."""
+    kwargs = dict(env_kwargs)
+    if video_path is not None:
+        kwargs["render_mode"] = "rgb_array"
+        kwargs["render_size"] = 160
+    env = sim_envs.make(env_id, **kwargs)
+    returns, successes, frames = [], [], []
+    try:
+        for episode in range(episodes):
+            obs, _ = env.reset(seed=seed + episode)
+            total, success, done = 0.0, False, False
+            while not done:
+                chunk = policy.act(SimVectorEnv.stack_obs([obs]), mode="greedy").actions[0].numpy()
+                for action in chunk:
+                    obs, reward, terminated, truncated, info = env.step(action)
+                    if video_path is not None and episode == 0:
+                        frames.append(env.render())
+                    total += reward
+                    success |= info["success"]
+                    done = terminated or truncated
+                    if done:
+                        break
+            returns.append(total)
+            successes.append(success)
+    finally:
+        env.close()
+    if video_path is not None and frames:
+        import imageio.v2 as imageio
+
+        video_path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = video_path.with_suffix(".tmp.gif")
+        imageio.mimsave(tmp, frames, duration=0.1, loop=0)
+        tmp.replace(video_path)
+    return {"eval_return_mean": float(np.mean(returns)), "eval_success_rate": float(np.mean(successes))}

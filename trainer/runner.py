@@ -1,0 +1,138 @@
+"""The sim-only training loop: build envs, policy and algorithm; iterate; log, evaluate, checkpoint.
+
+Each iteration starts every env from a seed derived from (run seed, iteration), so a run resumed
+from a checkpoint replays exactly what the uninterrupted run would have done.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import replace
+from datetime import datetime
+from pathlib import Path
+
+import torch
+
+import sim_envs
+from policies import make_policy
+from trainer.algorithms.registry import algorithm_class
+from trainer.checkpoint import (
+    Progress,
+    latest_checkpoint,
+    load_checkpoint,
+    prune_checkpoints,
+    save_checkpoint,
+)
+from trainer.configs import TrainConfig, save_config
+from trainer.configs.loader import ConfigError, algorithm_config
+from trainer.evaluation import evaluate_policy
+from trainer.run_logging import RunLogger, truncate_metrics
+
+CONFIG_FILE = "config.yaml"
+
+
+def default_output_dir(config: TrainConfig) -> Path:
+    env_name = config.env.id.split("/")[-1].split("-")[0]
+    return Path("runs") / f"{config.algorithm}-{env_name}-{datetime.now():%Y%m%d-%H%M%S}"
+
+
+def iteration_seed(config: TrainConfig, iteration: int) -> int:
+    return config.run.seed * 1_000_003 + iteration * config.env.num_envs
+
+
+class Runner:
+    """Owns one training run from start (or resume) to ``run.total_env_steps``."""
+
+    def __init__(self, config: TrainConfig, resume_dir: Path | None = None) -> None:
+        if resume_dir is None:
+            output_dir = Path(config.run.output_dir) if config.run.output_dir else default_output_dir(config)
+            if latest_checkpoint(output_dir) is not None:
+                raise ConfigError(
+                    f"{output_dir} already holds a run; pass --resume {output_dir} or another run.output_dir"
+                )
+            config = replace(config, run=replace(config.run, output_dir=str(output_dir)))
+        self.config = config
+        self.run_dir = Path(config.run.output_dir)
+        self.resume_dir = resume_dir
+        torch.set_num_threads(config.run.torch_threads)
+        torch.manual_seed(config.run.seed)
+        self.algo_cfg = algorithm_config(config)
+
+    def _build(self):
+        cfg = self.config
+        venv = sim_envs.make_vector(
+            cfg.env.id,
+            cfg.env.num_envs,
+            backend=cfg.env.backend,
+            num_workers=cfg.env.num_workers,
+            **cfg.env.kwargs,
+        )
+        policy = make_policy(venv.spec, cfg.policy)
+        algorithm = algorithm_class(cfg.algorithm)(policy, self.algo_cfg)
+        return venv, policy, algorithm
+
+    def run(self) -> Progress:
+        cfg = self.config
+        self.run_dir.mkdir(parents=True, exist_ok=True)
+        save_config(cfg, self.run_dir / CONFIG_FILE)
+        venv, policy, algorithm = self._build()
+        progress = Progress()
+        checkpoint = latest_checkpoint(self.run_dir) if self.resume_dir else None
+        if checkpoint is not None:
+            progress = load_checkpoint(checkpoint, policy, algorithm)
+            truncate_metrics(self.run_dir, progress.iteration)
+            print(
+                f"resumed from {checkpoint} (iteration {progress.iteration}, {progress.env_steps} env steps)"
+            )
+        logger = RunLogger(
+            self.run_dir, cfg.run.total_env_steps, progress.env_steps, f"{cfg.algorithm} {cfg.env.id}"
+        )
+        saved_at = progress.iteration
+        start_wall = time.perf_counter() - progress.wall_s
+        try:
+            while progress.env_steps < cfg.run.total_env_steps:
+                tick = time.perf_counter()
+                result = algorithm.iterate(venv, iteration_seed(cfg, progress.iteration))
+                progress.iteration += 1
+                progress.env_steps += result.env_steps
+                progress.wall_s = time.perf_counter() - start_wall
+                metrics = self._metrics(progress, result, time.perf_counter() - tick)
+                if cfg.run.eval_every and progress.iteration % cfg.run.eval_every == 0:
+                    metrics.update(self._evaluate(policy, progress))
+                logger.log(metrics)
+                if progress.iteration % cfg.run.checkpoint_every == 0:
+                    save_checkpoint(self.run_dir, progress, policy, algorithm)
+                    prune_checkpoints(self.run_dir, cfg.run.keep_checkpoints)
+                    saved_at = progress.iteration
+        except KeyboardInterrupt:
+            logger.close()
+            if progress.iteration > saved_at:
+                path = save_checkpoint(self.run_dir, progress, policy, algorithm)
+                print(f"\ninterrupted: saved {path}; continue with --resume {self.run_dir}")
+            venv.close()
+            raise
+        if progress.iteration > saved_at:
+            save_checkpoint(self.run_dir, progress, policy, algorithm)
+        logger.close()
+        venv.close()
+        return progress
+
+    def _metrics(self, progress: Progress, result, iteration_s: float) -> dict:
+        from trainer.algorithms.common import episode_metrics
+
+        return {
+            "iteration": progress.iteration,
+            "env_steps": progress.env_steps,
+            "wall_s": round(progress.wall_s, 3),
+            **episode_metrics(result.finished),
+            "steps_per_s": result.env_steps / max(iteration_s, 1e-9),
+            **{f"train/{k}": v for k, v in result.metrics.items()},
+        }
+
+    def _evaluate(self, policy, progress: Progress) -> dict:
+        cfg = self.config
+        video = self.run_dir / "videos" / f"step_{progress.env_steps}.gif" if cfg.run.video else None
+        stats = evaluate_policy(
+            policy, cfg.env.id, dict(cfg.env.kwargs), cfg.run.eval_episodes, seed=10_000_000, video_path=video
+        )
+        return {f"eval/{k.removeprefix('eval_')}": v for k, v in stats.items()}
