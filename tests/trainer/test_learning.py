@@ -8,6 +8,8 @@ import numpy as np
 import pytest
 
 import sim_envs
+from policies import load_policy
+from trainer.checkpoint import latest_checkpoint
 from trainer.configs import load_config
 from trainer.evaluation import evaluate_policy
 from trainer.runner import Runner
@@ -23,7 +25,9 @@ def random_baseline(env_id: str, kwargs: dict, episodes: int = 8) -> float:
         env.reset(seed=EVAL_SEED + episode)
         total, done = 0.0, False
         while not done:
-            _, reward, terminated, truncated, _ = env.step(rng.uniform(-1, 1, env.env_spec.action.dim).astype(np.float32))
+            _, reward, terminated, truncated, _ = env.step(
+                rng.uniform(-1, 1, env.env_spec.action.dim).astype(np.float32)
+            )
             total += reward
             done = terminated or truncated
         returns.append(total)
@@ -31,12 +35,10 @@ def random_baseline(env_id: str, kwargs: dict, episodes: int = 8) -> float:
 
 
 def train_and_evaluate(tmp_path, preset: str, overrides: list[str]) -> tuple[dict, float]:
-    config = load_config(preset, [f"run.output_dir={tmp_path}", "run.eval_every=0", "run.checkpoint_every=1000", *overrides])
-    runner = Runner(config)
-    runner.run()
-    from trainer.checkpoint import latest_checkpoint
-    from policies import load_policy
-
+    config = load_config(
+        preset, [f"run.output_dir={tmp_path}", "run.eval_every=0", "run.checkpoint_every=1000", *overrides]
+    )
+    Runner(config).run()
     policy = load_policy(latest_checkpoint(tmp_path) / "policy.pt")
     kwargs = dict(config.env.kwargs)
     stats = evaluate_policy(policy, config.env.id, kwargs, episodes=8, seed=EVAL_SEED)
