@@ -80,3 +80,34 @@ class ScriptedPickLift:
         cube_yaw = _yaw_of(self._field(state, "cube_quat"))
         error = _wrap(cube_yaw - tcp_yaw, np.pi / 2)
         return np.array([0.0, 0.0, np.clip(error / self.max_rotation, -1.0, 1.0)])
+
+
+class ScriptedReach:
+    """Move the TCP straight at the goal with a proportional controller."""
+
+    def __init__(self, spec: EnvSpec, max_translation_m: float = 0.05, max_rotation_rad: float = 0.3):
+        self.spec, self.slices, self.max_translation = spec, spec.state_slices(), max_translation_m
+
+    def reset(self) -> None:
+        pass
+
+    def act(self, obs: dict) -> np.ndarray:
+        action = np.zeros(self.spec.action.dim, dtype=np.float32)
+        action[:3] = np.clip(obs["state"][self.slices["goal_rel_tcp"]] / self.max_translation, -1.0, 1.0)
+        action[-1] = 1.0
+        return action
+
+
+SCRIPTED_POLICIES = {"pick_lift": ScriptedPickLift, "reach": ScriptedReach}
+
+
+def scripted_policy(spec: EnvSpec):
+    """The scripted controller for the spec's task (end-effector delta actions only)."""
+    task = spec.metadata.get("task")
+    if task not in SCRIPTED_POLICIES:
+        raise ValueError(f"no scripted controller for task {task!r}; have {sorted(SCRIPTED_POLICIES)}")
+    if spec.action.kind != "ee_delta_pose+gripper":
+        raise ValueError(
+            f"scripted controllers drive ee_delta_pose+gripper actions, not {spec.action.kind!r}"
+        )
+    return SCRIPTED_POLICIES[task](spec)

@@ -90,7 +90,7 @@ class Runner:
         saved_at = progress.iteration
         start_wall = time.perf_counter() - progress.wall_s
         try:
-            while progress.env_steps < cfg.run.total_env_steps:
+            while progress.env_steps < cfg.run.total_env_steps and not self._out_of_time(progress):
                 tick = time.perf_counter()
                 result = algorithm.iterate(venv, iteration_seed(cfg, progress.iteration))
                 progress.iteration += 1
@@ -116,6 +116,10 @@ class Runner:
         logger.close()
         venv.close()
         return progress
+
+    def _out_of_time(self, progress: Progress) -> bool:
+        limit = self.config.run.max_wall_minutes
+        return limit > 0 and progress.wall_s >= limit * 60.0
 
     def _metrics(self, progress: Progress, result, iteration_s: float) -> dict:
         from trainer.algorithms.common import episode_metrics

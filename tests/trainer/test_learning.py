@@ -59,3 +59,38 @@ def test_grpo_learns_to_reach(tmp_path):
         tmp_path, "grpo_reach", ["env.num_envs=16", "env.backend=inline", "run.total_env_steps=24000"]
     )
     assert stats["eval_return_mean"] > baseline + 8, (stats, baseline)
+
+
+@pytest.mark.slow
+def test_sac_learns_to_reach(tmp_path):
+    stats, baseline = train_and_evaluate(
+        tmp_path,
+        "sac_reach",
+        [
+            "run.total_env_steps=4800",
+            "algo.learning_starts=800",
+            "policy.hidden_sizes=[128,128]",
+            "algo.critic_hidden=[128,128]",
+            "run.torch_threads=2",
+        ],
+    )
+    assert stats["eval_return_mean"] > baseline + 15, (stats, baseline)
+
+
+@pytest.mark.slow
+def test_rlpd_learns_to_reach_from_demos(tmp_path):
+    stats, baseline = train_and_evaluate(
+        tmp_path,
+        "sac_reach",
+        [
+            "algorithm=rlpd",
+            "run.total_env_steps=1600",
+            "algo.demo_episodes=8",
+            "algo.learning_starts=0",
+            "algo.utd_ratio=1.0",
+            "policy.hidden_sizes=[128,128]",
+            "algo.critic_hidden=[128,128]",
+            "run.torch_threads=2",
+        ],
+    )
+    assert stats["eval_return_mean"] > baseline + 15, (stats, baseline)

@@ -15,6 +15,7 @@ class RunConfig:
     output_dir: str = ""  # empty: runs/<algorithm>-<env>-<timestamp>
     seed: int = 0
     total_env_steps: int = 600_000
+    max_wall_minutes: float = 0.0  # also stop after this much wall time (0: no limit)
     checkpoint_every: int = 20  # iterations
     keep_checkpoints: int = 3  # the newest N are kept
     eval_every: int = 20  # iterations; 0 disables eval and videos

@@ -1,0 +1,237 @@
+"""SAC: twin (or ensemble) Q critics, a tanh-Gaussian actor and an auto-tuned temperature.
+
+One iteration plays one episode per env from seeded resets. Each vector step adds N transitions
+to the replay buffer and then runs ``N * utd_ratio`` gradient updates. With images, the policy's
+encoder is trained through the critic loss, the actor sees detached features, and both images
+of a transition get a random shift (DrQ).
+"""
+
+from __future__ import annotations
+
+import copy
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+import torch
+from torch.nn import functional
+
+from policies import Policy
+from sim_envs.vector import SimVectorEnv
+from trainer.algorithms.common import IterationResult, decisions_per_episode, policy_cameras
+from trainer.algorithms.critics import QEnsemble
+from trainer.algorithms.replay import ReplayBuffer
+
+
+@dataclass
+class SACConfig:
+    actor_learning_rate: float = 3e-4
+    critic_learning_rate: float = 3e-4
+    gamma: float = 0.99
+    tau: float = 0.005
+    batch_size: int = 256
+    buffer_capacity: int = 300_000
+    learning_starts: int = 2_000  # env steps of uniform random actions before learning
+    utd_ratio: float = 0.5  # gradient updates per env step
+    init_temperature: float = 0.1
+    target_entropy_scale: float = 1.0  # target entropy = -scale * action_dim
+    num_critics: int = 2
+    critic_subset: int = 2  # the target takes the min over a random subset of this size
+    critic_layer_norm: bool = False
+    critic_hidden: list[int] = field(default_factory=lambda: [256, 256])
+    image_shift: int = 4  # DrQ random shift in pixels, 0 disables
+
+
+def random_shift(images: torch.Tensor, pad: int, generator: torch.Generator | None = None) -> torch.Tensor:
+    """Pad by replicating edges, then crop back at a random offset per image ([B, H, W, 3] uint8)."""
+    if pad <= 0:
+        return images
+    b, h, w, _ = images.shape
+    padded = functional.pad(images.permute(0, 3, 1, 2).float(), (pad, pad, pad, pad), mode="replicate")
+    dx = torch.randint(0, 2 * pad + 1, (b,), generator=generator)
+    dy = torch.randint(0, 2 * pad + 1, (b,), generator=generator)
+    rows = (dy[:, None] + torch.arange(h)[None]).clamp(max=h + 2 * pad - 1)
+    cols = (dx[:, None] + torch.arange(w)[None]).clamp(max=w + 2 * pad - 1)
+    batch = torch.arange(b)[:, None, None]
+    out = padded.permute(0, 2, 3, 1)[batch, rows[:, :, None], cols[:, None, :]]
+    return out.to(images.dtype)
+
+
+class SAC:
+    """Soft actor-critic on a ``tanh_gaussian`` policy."""
+
+    config_class = SACConfig
+
+    def __init__(self, policy: Policy, cfg: SACConfig) -> None:
+        if policy.cfg.head != "tanh_gaussian":
+            raise ValueError(
+                f"{type(self).__name__} needs policy.head=tanh_gaussian, got {policy.cfg.head!r}"
+            )
+        if policy.chunk_size != 1:
+            raise ValueError(f"{type(self).__name__} needs policy.chunk_size=1, got {policy.chunk_size}")
+        if cfg.critic_subset > cfg.num_critics:
+            raise ValueError(
+                f"algo.critic_subset ({cfg.critic_subset}) exceeds algo.num_critics ({cfg.num_critics})"
+            )
+        self.policy, self.cfg = policy, cfg
+        self.cameras = policy_cameras(policy)
+        action_dim = policy.spec.action.dim
+        feature_dim = policy.encoder.out_dim
+        self.critic = QEnsemble(
+            feature_dim + action_dim, cfg.critic_hidden, cfg.num_critics, cfg.critic_layer_norm
+        )
+        self.target_critic = copy.deepcopy(self.critic).requires_grad_(False)
+        self.target_encoder = copy.deepcopy(policy.encoder).requires_grad_(False)
+        self.log_alpha = torch.tensor(float(np.log(cfg.init_temperature)), requires_grad=True)
+        self.target_entropy = -cfg.target_entropy_scale * action_dim
+        actor_params = [p for n, p in policy.named_parameters() if not n.startswith("encoder.")]
+        self.actor_optimizer = torch.optim.Adam(actor_params, lr=cfg.actor_learning_rate)
+        self.critic_optimizer = torch.optim.Adam(
+            [*self.critic.parameters(), *policy.encoder.parameters()], lr=cfg.critic_learning_rate
+        )
+        self.alpha_optimizer = torch.optim.Adam([self.log_alpha], lr=cfg.actor_learning_rate)
+        self.buffer = ReplayBuffer(policy.spec, cfg.buffer_capacity, self.cameras)
+        self.env_steps = 0
+        self.pending_updates = 0.0
+
+    # -- acting ------------------------------------------------------------------------------------
+    def iterate(self, venv: SimVectorEnv, seed: int) -> IterationResult:
+        self.before_iteration(venv, seed)
+        obs, _ = venv.reset(seed=seed)
+        finished, stats, steps = [], [], 0
+        for _ in range(decisions_per_episode(venv, self.policy)):
+            unit_actions = self.explore(obs)
+            result = venv.chunk_step(self.policy.to_env_units(unit_actions).numpy()[:, None, :])
+            next_obs = SimVectorEnv.stack_obs(
+                [result.final_obs[i] if result.done[i] else row(result.obs, i) for i in range(venv.num_envs)]
+            )
+            self.buffer.add(
+                obs, unit_actions.numpy(), result.rewards[:, 0], result.terminated[:, 0], next_obs
+            )
+            self.env_steps += venv.num_envs
+            steps += venv.num_envs
+            finished.extend(result.finished)
+            obs = result.obs
+            if self.env_steps >= self.cfg.learning_starts:
+                self.pending_updates += venv.num_envs * self.cfg.utd_ratio
+                while self.pending_updates >= 1.0:
+                    stats.append(self.update())
+                    self.pending_updates -= 1.0
+        metrics = {k: float(np.mean([s[k] for s in stats])) for k in stats[0]} if stats else {}
+        metrics["buffer_size"] = float(len(self.buffer))
+        return IterationResult(steps, finished, metrics)
+
+    def before_iteration(self, venv: SimVectorEnv, seed: int) -> None:
+        """Hook for subclasses (RLPD loads its demonstrations here)."""
+
+    @torch.no_grad()
+    def explore(self, obs: dict) -> torch.Tensor:
+        """Actions in [-1, 1]: uniform until ``learning_starts``, then the policy's samples."""
+        n = obs["state"].shape[0]
+        if self.env_steps < self.cfg.learning_starts:
+            self.policy.update_normalizers(obs)  # statistics settle during warm-up, then stay fixed
+            return torch.rand(n, self.policy.spec.action.dim) * 2.0 - 1.0
+        unit_actions, _ = self.policy.rsample(obs)
+        return unit_actions
+
+    # -- learning ----------------------------------------------------------------------------------
+    def sample_batch(self) -> dict:
+        return self.buffer.sample(self.cfg.batch_size)
+
+    def _augment(self, obs: dict) -> dict:
+        if not self.cameras:
+            return obs
+        return {**obs, "images": {k: random_shift(v, self.cfg.image_shift) for k, v in obs["images"].items()}}
+
+    def update(self) -> dict[str, float]:
+        cfg, policy = self.cfg, self.policy
+        batch = self.sample_batch()
+        obs, next_obs = self._augment(batch["obs"]), self._augment(batch["next_obs"])
+        alpha = self.log_alpha.exp().detach()
+
+        with torch.no_grad():
+            next_features = policy.encoder(next_obs)
+            next_actions, next_log_prob = policy.rsample(None, features=next_features)
+            target_q = self.target_critic(self.target_encoder(next_obs), next_actions)
+            subset = torch.randperm(cfg.num_critics)[: cfg.critic_subset]
+            next_value = target_q[subset].min(0).values - alpha * next_log_prob
+            target = batch["reward"] + cfg.gamma * (1.0 - batch["terminated"]) * next_value
+
+        features = policy.encoder(obs)
+        q = self.critic(features, batch["action"])
+        critic_loss = 0.5 * ((q - target.unsqueeze(0)) ** 2).mean(1).sum()
+        self.critic_optimizer.zero_grad()
+        critic_loss.backward()
+        self.critic_optimizer.step()
+
+        features = features.detach()
+        actions, log_prob = policy.rsample(None, features=features)
+        q_pi = self.critic(features, actions).mean(0)
+        actor_loss = (alpha * log_prob - q_pi).mean()
+        self.actor_optimizer.zero_grad()
+        actor_loss.backward()
+        self.actor_optimizer.step()
+
+        alpha_loss = -(self.log_alpha * (log_prob.detach() + self.target_entropy)).mean()
+        self.alpha_optimizer.zero_grad()
+        alpha_loss.backward()
+        self.alpha_optimizer.step()
+
+        self._soft_update()
+        return {
+            "critic_loss": float(critic_loss.detach()),
+            "actor_loss": float(actor_loss.detach()),
+            "alpha": float(alpha),
+            "entropy": float(-log_prob.detach().mean()),
+            "q_mean": float(q.detach().mean()),
+        }
+
+    @torch.no_grad()
+    def _soft_update(self) -> None:
+        tau = self.cfg.tau
+        for target, source in ((self.target_critic, self.critic), (self.target_encoder, self.policy.encoder)):
+            for t, s in zip(target.parameters(), source.parameters()):
+                t.lerp_(s, tau)
+            for t, s in zip(target.buffers(), source.buffers()):
+                t.copy_(s)
+
+    # -- checkpointing -----------------------------------------------------------------------------
+    def state_dict(self) -> dict:
+        return {
+            "critic": self.critic.state_dict(),
+            "target_critic": self.target_critic.state_dict(),
+            "target_encoder": self.target_encoder.state_dict(),
+            "log_alpha": self.log_alpha.detach().clone(),
+            "actor_optimizer": self.actor_optimizer.state_dict(),
+            "critic_optimizer": self.critic_optimizer.state_dict(),
+            "alpha_optimizer": self.alpha_optimizer.state_dict(),
+            "env_steps": self.env_steps,
+            "pending_updates": self.pending_updates,
+        }
+
+    def load_state_dict(self, state: dict) -> None:
+        self.critic.load_state_dict(state["critic"])
+        self.target_critic.load_state_dict(state["target_critic"])
+        self.target_encoder.load_state_dict(state["target_encoder"])
+        with torch.no_grad():
+            self.log_alpha.copy_(state["log_alpha"])
+        self.actor_optimizer.load_state_dict(state["actor_optimizer"])
+        self.critic_optimizer.load_state_dict(state["critic_optimizer"])
+        self.alpha_optimizer.load_state_dict(state["alpha_optimizer"])
+        self.env_steps = state["env_steps"]
+        self.pending_updates = state["pending_updates"]
+
+    def save_buffers(self, directory: Path) -> None:
+        self.buffer.save(directory / "replay.npz")
+
+    def load_buffers(self, directory: Path) -> None:
+        self.buffer.load(directory / "replay.npz")
+
+
+def row(batched: dict, i: int) -> dict:
+    """Env i's observation out of a batched one."""
+    return {
+        "state": batched["state"][i],
+        "images": {k: v[i] for k, v in batched["images"].items()},
+        "instruction": batched["instruction"][i] if "instruction" in batched else "",
+    }
