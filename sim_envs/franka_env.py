@@ -48,6 +48,15 @@ PROPRIO_FIELDS = (
 
 
 @dataclass(frozen=True)
+class ArmCommand:
+    """What the controllers track: a TCP pose (Cartesian mode) or joint targets, plus the gripper."""
+
+    arm_target: np.ndarray  # TCP position [3] (Cartesian) or joint positions [7]
+    tcp_quat: np.ndarray | None  # TCP orientation (w, x, y, z) in Cartesian mode, else None
+    gripper_width: float  # per-finger opening, 0..FINGER_TRAVEL
+
+
+@dataclass(frozen=True)
 class FrankaEnvConfig:
     """Everything that shapes a Franka task env. Unknown keys are rejected by name."""
 
@@ -64,6 +73,7 @@ class FrankaEnvConfig:
     reward_type: str = "dense"
     terminate_on_success: bool = False
     max_episode_steps: int = 0  # 0 means the task's default
+    privileged_state: bool = True  # False: proprioception only, as on the real robot (image policies)
     initial_joint_noise: float = 0.02
     render_size: int = 256
     randomization: DomainRandomization = field(default_factory=DomainRandomization)
@@ -174,7 +184,7 @@ class FrankaEnv(gym.Env):
         return EnvSpec(
             name=f"rlinf/Franka{''.join(p.title() for p in cfg.task.split('_'))}-v0",
             cameras=cameras,
-            state_fields=PROPRIO_FIELDS + self.task.state_fields(),
+            state_fields=PROPRIO_FIELDS + (self.task.state_fields() if cfg.privileged_state else ()),
             action=action,
             control_hz=cfg.control_hz,
             instruction=self.task.instruction,
@@ -252,53 +262,46 @@ class FrankaEnv(gym.Env):
     def _reset_command(self) -> None:
         open_width = panda_model.FINGER_TRAVEL
         if self.cfg.action_mode == EE_DELTA_POSE_GRIPPER:
-            self._command = (self.scene.tcp_pos, self.scene.tcp_quat, open_width)
+            self._command = ArmCommand(self.scene.tcp_pos, self.scene.tcp_quat, open_width)
         else:
-            self._command = (self.scene.arm_qpos.copy(), None, open_width)
+            self._command = ArmCommand(self.scene.arm_qpos.copy(), None, open_width)
         self._apply_command(self._command)
 
-    def _command_from_action(self, action: np.ndarray):
+    def _command_from_action(self, action: np.ndarray) -> ArmCommand:
         gripper = (float(action[-1]) + 1.0) / 2.0 * panda_model.FINGER_TRAVEL
         if self.cfg.action_mode == JOINT_POSITION:
-            return (action[:7].astype(np.float64), None, gripper)
-        target_pos, target_quat, _ = self._command
+            return ArmCommand(action[:7].astype(np.float64), None, gripper)
+        # Deltas accumulate on the previous target, kept in the workspace box and close to the TCP.
         delta = action[:3].astype(np.float64) * self.cfg.max_translation_m
-        target_pos = np.clip(target_pos + delta, WORKSPACE_LOW, WORKSPACE_HIGH)
+        target_pos = np.clip(self._command.arm_target + delta, WORKSPACE_LOW, WORKSPACE_HIGH)
         tcp = self.scene.tcp_pos
         target_pos = tcp + np.clip(target_pos - tcp, -MAX_TARGET_LEAD_M, MAX_TARGET_LEAD_M)
+        target_quat = self._command.tcp_quat
         if self.cfg.action_rotation:
-            rotvec = action[3:6].astype(np.float64) * self.cfg.max_rotation_rad
-            delta_quat = np.zeros(4)
+            rotvec = action[3:6].astype(np.float64) * self.cfg.max_rotation_rad  # world-frame axis-angle
             angle = float(np.linalg.norm(rotvec))
             if angle > 1e-9:
+                delta_quat, rotated = np.zeros(4), np.zeros(4)
                 mujoco.mju_axisAngle2Quat(delta_quat, rotvec / angle, angle)
-                new_quat = np.zeros(4)
-                mujoco.mju_mulQuat(new_quat, delta_quat, target_quat)
-                target_quat = new_quat
-        return (target_pos, target_quat, gripper)
+                mujoco.mju_mulQuat(rotated, delta_quat, target_quat)
+                target_quat = rotated
+        return ArmCommand(target_pos, target_quat, gripper)
 
-    def _apply_command(self, command) -> None:
-        arm_target, target_quat, gripper = command
-        if target_quat is None:
-            self.data.ctrl[:7] = arm_target
+    def _apply_command(self, command: ArmCommand) -> None:
+        if command.tcp_quat is None:
+            self.data.ctrl[:7] = command.arm_target
         else:
-            self.data.mocap_pos[self._target_mocap] = arm_target
-            self.data.mocap_quat[self._target_mocap] = target_quat
-        self.data.ctrl[self._gripper_ctrl] = gripper
+            self.data.mocap_pos[self._target_mocap] = command.arm_target
+            self.data.mocap_quat[self._target_mocap] = command.tcp_quat
+        self.data.ctrl[self._gripper_ctrl] = command.gripper_width
 
     # -- observation ---------------------------------------------------------------------------
     def _observation(self) -> dict[str, Any]:
         scene = self.scene
-        state = np.concatenate(
-            [
-                scene.arm_qpos,
-                scene.arm_qvel,
-                scene.tcp_pos,
-                scene.tcp_quat,
-                [scene.gripper_width],
-                self.task.task_state(scene),
-            ]
-        ).astype(np.float32)
+        parts = [scene.arm_qpos, scene.arm_qvel, scene.tcp_pos, scene.tcp_quat, [scene.gripper_width]]
+        if self.cfg.privileged_state:
+            parts.append(self.task.task_state(scene))
+        state = np.concatenate(parts).astype(np.float32)
         return {"images": self._render_cameras(), "state": state, "instruction": self.task.instruction}
 
     def _render_cameras(self) -> dict[str, np.ndarray]:

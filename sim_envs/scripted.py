@@ -98,7 +98,43 @@ class ScriptedReach:
         return action
 
 
-SCRIPTED_POLICIES = {"pick_lift": ScriptedPickLift, "reach": ScriptedReach}
+class ScriptedPush:
+    """Get behind the cube (seen from the goal), lower the closed gripper, push through to the goal."""
+
+    def __init__(self, spec: EnvSpec, max_translation_m: float = 0.05, max_rotation_rad: float = 0.3):
+        self.spec, self.slices, self.max_translation = spec, spec.state_slices(), max_translation_m
+        self.reset()
+
+    def reset(self) -> None:
+        self.phase = "behind"
+
+    def act(self, obs: dict) -> np.ndarray:
+        state = obs["state"]
+        tcp, cube, goal = (state[self.slices[k]] for k in ("tcp_pos", "cube_pos", "goal_pos"))
+        direction = (goal - cube)[:2]
+        direction = direction / max(float(np.linalg.norm(direction)), 1e-6)
+        behind = np.array([*(cube[:2] - direction * 0.06), cube[2] + 0.005])
+        if self.phase == "behind":
+            target = behind + np.array([0.0, 0.0, 0.06])
+            if np.linalg.norm((target - tcp)[:2]) < 0.01:
+                self.phase = "lower"
+        if self.phase == "lower":
+            target = behind
+            if abs(tcp[2] - behind[2]) < 0.01:
+                self.phase = "push"
+        if self.phase == "push":
+            # Aim through the cube at the goal; start over if the cube slid off the fingers' line.
+            off_line = np.linalg.norm(np.cross(np.append(direction, 0.0), np.append((cube - tcp)[:2], 0.0)))
+            if off_line > 0.02:
+                self.phase = "behind"
+            target = np.array([*(goal[:2] - direction * 0.03), behind[2]])
+        action = np.zeros(self.spec.action.dim, dtype=np.float32)
+        action[:3] = np.clip((target - tcp) / self.max_translation, -1.0, 1.0)
+        action[-1] = -1.0
+        return action
+
+
+SCRIPTED_POLICIES = {"pick_lift": ScriptedPickLift, "reach": ScriptedReach, "push": ScriptedPush}
 
 
 def scripted_policy(spec: EnvSpec):

@@ -121,11 +121,22 @@ class PushTask:
         goal_xy = np.clip(cube_xy + offset, [0.35, -0.25], [0.7, 0.25])
         scene.place_goal(np.array([*goal_xy, scene.cube_half_size]))
 
+    def push_pose(self, scene: SceneView) -> np.ndarray:
+        """Where the fingertips should be to push the cube towards the goal: just behind it."""
+        direction = (scene.goal_pos - scene.cube_pos)[:2]
+        direction = direction / max(float(np.linalg.norm(direction)), 1e-6)
+        behind = scene.cube_pos[:2] - direction * (scene.cube_half_size + 0.03)
+        return np.array([behind[0], behind[1], scene.cube_half_size + 0.005])
+
     def evaluate(self, scene: SceneView) -> TaskResult:
         cube_to_goal = float(np.linalg.norm((scene.goal_pos - scene.cube_pos)[:2]))
         success = cube_to_goal < self.success_distance
-        tcp_to_cube = float(np.linalg.norm(scene.cube_pos - scene.tcp_pos))
-        dense = 0.3 * _shaped_distance(tcp_to_cube) + 0.7 * _shaped_distance(cube_to_goal)
+        # Stage 1: get behind the cube; stage 2 (once there): bring the cube to the goal.
+        tcp_to_push_pose = float(np.linalg.norm(self.push_pose(scene) - scene.tcp_pos))
+        behind = tcp_to_push_pose < 0.03 or float(np.linalg.norm(scene.cube_pos - scene.tcp_pos)) < 0.05
+        dense = 0.3 * _shaped_distance(tcp_to_push_pose, 5.0)
+        if behind:
+            dense = 0.3 + 0.7 * _shaped_distance(cube_to_goal, 5.0)
         return TaskResult(1.0 if success else dense, success)
 
 

@@ -70,6 +70,7 @@ class SimVectorEnv:
             raise ValueError(f"backend must be 'inline' or 'subprocess', got {backend!r}")
         self.env_id, self.num_envs, self.backend = env_id, num_envs, backend
         config = dict(env_config or {})
+        self.env_config = dict(config)
         if backend == "inline":
             self._slots = [EnvSlot(env_id, config) for _ in range(num_envs)]
             self.spec: EnvSpec = self._slots[0].env.env_spec

@@ -34,3 +34,20 @@ def test_stub_commands_say_not_yet():
     ]:
         result = run_cli(script, *args)
         assert result.returncode == 2 and "not yet" in result.stderr
+
+
+def test_train_bad_input_is_one_line(tmp_path):
+    cases = [
+        (["run.totl_env_steps=5"], "run.totl_env_steps"),
+        (["algorithm=dqn"], "unknown algorithm 'dqn'"),
+        (["env.id=rlinf/Nope-v0", f"run.output_dir={tmp_path / 'a'}"], "unknown env id 'rlinf/Nope-v0'"),
+        (["env.kwargs.cameras=[top]", f"run.output_dir={tmp_path / 'b'}"], "unknown camera 'top'"),
+        (["--config", "nope"], "unknown config 'nope'"),
+        (["--resume", str(tmp_path / "missing")], "not a run directory"),
+    ]
+    for args, message in cases:
+        result = run_cli("rlinf-trainer", "train", *args)
+        assert result.returncode == 2, (args, result.stderr[-500:])
+        last = result.stderr.strip().splitlines()[-1]
+        assert last.startswith("error:") and message in last, (args, last)
+        assert "Traceback" not in result.stderr

@@ -203,3 +203,12 @@ def test_a_physics_blow_up_ends_the_episode_with_a_flag():
     env.reset(seed=0)
     *_, info = env.step(np.zeros(7, np.float32))
     assert "physics_unstable" not in info
+
+
+def test_proprio_only_state_hides_the_task_state():
+    env = sim_envs.make("rlinf/FrankaPickLift-v0", cameras=("front",), privileged_state=False)
+    obs, _ = env.reset(seed=0)
+    names = [f.name for f in env.env_spec.state_fields]
+    assert names == ["joint_pos", "joint_vel", "tcp_pos", "tcp_quat", "gripper_width"]
+    assert obs["state"].shape == (22,)
+    validate_observation(env.env_spec, obs)

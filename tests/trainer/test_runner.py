@@ -121,3 +121,37 @@ def test_ctrl_c_saves_a_checkpoint_and_the_run_resumes(tmp_path):
     )
     assert resumed.returncode == 0, resumed.stderr
     assert read_metrics(tmp_path)[-1]["env_steps"] == total
+
+
+def test_image_rlpd_runs_with_demos_from_a_privileged_twin(tmp_path):
+    overrides = [
+        f"run.output_dir={tmp_path}",
+        "run.total_env_steps=160",
+        "run.eval_every=1",
+        "run.eval_episodes=1",
+        "run.video=false",
+        "env.num_envs=2",
+        "env.kwargs.image_height=32",
+        "env.kwargs.image_width=32",
+        "env.kwargs.max_episode_steps=80",
+        "policy.cnn_channels=[8,8]",
+        "policy.cnn_features=32",
+        "policy.hidden_sizes=[32]",
+        "algo.critic_hidden=[32]",
+        "algo.demo_episodes=2",
+        "algo.utd_ratio=0.1",
+        "algo.batch_size=16",
+        "algo.buffer_capacity=1000",
+        "algo.demo_capacity=1000",
+    ]
+    Runner(load_config("rlpd_pick_lift_image", overrides)).run()
+    rows = read_metrics(tmp_path)
+    assert rows[-1]["env_steps"] == 160
+    assert "train/critic_loss" in rows[-1]
+    # The demos were scripted with the cube pose but stored with proprioception only (22 dims).
+    import numpy as np
+
+    demos = np.load(latest_checkpoint(tmp_path) / "demos.npz")
+    assert demos["state"].shape == (160, 22)
+    assert demos["image.wrist"].shape == (160, 32, 32, 3)
+    assert demos["reward"].max() == 1.0  # the scripted controller succeeded at least once

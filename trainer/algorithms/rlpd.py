@@ -46,17 +46,41 @@ class RLPD(SAC):
             self.collect_demos(venv)
 
     def collect_demos(self, venv: SimVectorEnv) -> None:
-        """Play the scripted controller for ``demo_episodes`` episodes into the demo buffer."""
+        """Play the scripted controller for ``demo_episodes`` episodes into the demo buffer.
+
+        The controller reads the privileged task state (object poses). When the policy sees only
+        proprioception, the demos are played in a twin env that adds the task state, and the
+        stored observations keep just the policy's own leading state fields.
+        """
+        demo_env, own_env = venv, True
+        if "privileged_state" in venv.env_config and not venv.env_config["privileged_state"]:
+            config = {**venv.env_config, "privileged_state": True}
+            demo_env = SimVectorEnv(venv.env_id, venv.num_envs, backend="inline", env_config=config)
+            own_env = False
+        policy_fields = venv.spec.state_fields
+        if demo_env.spec.state_fields[: len(policy_fields)] != policy_fields:
+            raise ValueError("the policy's state fields must lead the demo env's state fields")
+        state_dim = venv.spec.state_dim
+        try:
+            self._play_demos(demo_env, state_dim)
+        finally:
+            if not own_env:
+                demo_env.close()
+        self.policy.update_normalizers(
+            {"state": torch.as_tensor(self.demos.data["state"][: len(self.demos)])}
+        )
+
+    def _play_demos(self, venv: SimVectorEnv, state_dim: int) -> None:
         controllers = [scripted_policy(venv.spec) for _ in range(venv.num_envs)]
         low, high = venv.spec.action.low_array(), venv.spec.action.high_array()
+        visible = lambda o: {**o, "state": o["state"][:, :state_dim]}  # noqa: E731
         for round_start in range(0, self.cfg.demo_episodes, venv.num_envs):
             obs, _ = venv.reset(seed=DEMO_SEED_OFFSET + round_start)
             for c in controllers:
                 c.reset()
             for _ in range(venv.spec.max_episode_steps):
-                env_actions = np.stack(
-                    [c.act({"state": obs["state"][i]}) for i, c in enumerate(controllers)]
-                ).astype(np.float32)
+                env_actions = np.stack([c.act({"state": obs["state"][i]}) for i, c in enumerate(controllers)])
+                env_actions = env_actions.astype(np.float32)
                 result = venv.chunk_step(env_actions[:, None, :])
                 next_obs = SimVectorEnv.stack_obs(
                     [
@@ -65,13 +89,16 @@ class RLPD(SAC):
                     ]
                 )
                 unit_actions = 2.0 * (env_actions - low) / (high - low) - 1.0
-                self.demos.add(obs, unit_actions, result.rewards[:, 0], result.terminated[:, 0], next_obs)
+                self.demos.add(
+                    visible(obs),
+                    unit_actions,
+                    result.rewards[:, 0],
+                    result.terminated[:, 0],
+                    visible(next_obs),
+                )
                 obs = result.obs
                 if result.done.all():
                     break
-        self.policy.update_normalizers(
-            {"state": torch.as_tensor(self.demos.data["state"][: len(self.demos)])}
-        )
 
     def sample_batch(self) -> dict:
         if len(self.buffer) == 0:
