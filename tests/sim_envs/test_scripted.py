@@ -79,8 +79,9 @@ def test_push_reward_rises_in_stages():
     pose = task.push_pose(far)
     np.testing.assert_allclose(pose, [0.45, 0.0, 0.025])  # 5 cm behind the cube, away from the goal
     behind = FakeScene(pose, cube, goal)
-    halfway = FakeScene(pose + [0.06, 0, 0], cube + [0.06, 0, 0], goal)
-    done = FakeScene(goal - [0.05, 0, 0], goal - [0.01, 0, 0], goal)
+    along = np.array([1.0, 0.0, 0.0])
+    halfway = FakeScene(pose + 0.06 * along, cube + 0.06 * along, goal)
+    done = FakeScene(goal - 0.05 * along, goal - 0.01 * along, goal)
     rewards = [task.evaluate(s).dense_reward for s in (far, behind, halfway)]
     assert rewards[0] < 0.3 < rewards[1] < rewards[2] < 1.0
     assert task.evaluate(done).success and task.evaluate(done).dense_reward == 1.0
