@@ -51,6 +51,23 @@ class ChunkResult:
         """[N]: the env's episode ended somewhere in this chunk."""
         return (self.terminated | self.truncated).any(axis=1)
 
+    def next_obs(self) -> dict[str, Any]:
+        """The observation that followed each env's last step: the final one where an episode
+        ended (``obs`` already holds the next episode's first), else ``obs`` (for replay buffers)."""
+        rows = [
+            self.final_obs[i] if self.final_obs[i] is not None else _row(self.obs, i)
+            for i in range(len(self.final_obs))
+        ]
+        return SimVectorEnv.stack_obs(rows)
+
+
+def _row(batched: dict[str, Any], i: int) -> dict[str, Any]:
+    return {
+        "state": batched["state"][i],
+        "images": {k: v[i] for k, v in batched["images"].items()},
+        "instruction": batched["instruction"][i],
+    }
+
 
 class SimVectorEnv:
     """N copies of one sim env behind the batched env contract."""

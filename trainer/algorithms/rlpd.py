@@ -15,7 +15,7 @@ from policies import Policy
 from sim_envs.scripted import scripted_policy
 from sim_envs.vector import SimVectorEnv
 from trainer.algorithms.replay import ReplayBuffer
-from trainer.algorithms.sac import SAC, SACConfig, row
+from trainer.algorithms.sac import SAC, SACConfig
 
 DEMO_SEED_OFFSET = 50_000_000  # demo episodes never share seeds with training episodes
 
@@ -82,12 +82,7 @@ class RLPD(SAC):
                 env_actions = np.stack([c.act({"state": obs["state"][i]}) for i, c in enumerate(controllers)])
                 env_actions = env_actions.astype(np.float32)
                 result = venv.chunk_step(env_actions[:, None, :])
-                next_obs = SimVectorEnv.stack_obs(
-                    [
-                        result.final_obs[i] if result.done[i] else row(result.obs, i)
-                        for i in range(venv.num_envs)
-                    ]
-                )
+                next_obs = result.next_obs()
                 unit_actions = 2.0 * (env_actions - low) / (high - low) - 1.0
                 self.demos.add(
                     visible(obs),

@@ -102,11 +102,8 @@ class SAC:
         for _ in range(decisions_per_episode(venv, self.policy)):
             unit_actions = self.explore(obs)
             result = venv.chunk_step(self.policy.to_env_units(unit_actions).numpy()[:, None, :])
-            next_obs = SimVectorEnv.stack_obs(
-                [result.final_obs[i] if result.done[i] else row(result.obs, i) for i in range(venv.num_envs)]
-            )
             self.buffer.add(
-                obs, unit_actions.numpy(), result.rewards[:, 0], result.terminated[:, 0], next_obs
+                obs, unit_actions.numpy(), result.rewards[:, 0], result.terminated[:, 0], result.next_obs()
             )
             self.env_steps += venv.num_envs
             steps += venv.num_envs
@@ -226,12 +223,3 @@ class SAC:
 
     def load_buffers(self, directory: Path) -> None:
         self.buffer.load(directory / "replay.npz")
-
-
-def row(batched: dict, i: int) -> dict:
-    """Env i's observation out of a batched one."""
-    return {
-        "state": batched["state"][i],
-        "images": {k: v[i] for k, v in batched["images"].items()},
-        "instruction": batched["instruction"][i] if "instruction" in batched else "",
-    }
