@@ -18,10 +18,9 @@ import statistics
 import time
 from pathlib import Path
 
-import mujoco
 import numpy as np
 
-import sim_envs
+import sim_envs  # first: it picks the headless GL backend before mujoco is imported
 from sim_envs.rendering import make_renderer
 
 TASKS = ("rlinf/FrankaReach-v0", "rlinf/FrankaPush-v0", "rlinf/FrankaPickLift-v0")
@@ -49,6 +48,8 @@ def time_env(env_id: str, cameras: tuple[str, ...], steps: int, seed: int = 0) -
 
 
 def record_controls(env_id: str, steps: int, seed: int = 0) -> dict:
+    import mujoco
+
     """Run the env once (untimed) and record what it fed MuJoCo, so raw MuJoCo replays the same motion."""
     env = sim_envs.make(env_id, cameras=())
     state_kind = mujoco.mjtState.mjSTATE_INTEGRATION
@@ -72,6 +73,8 @@ def record_controls(env_id: str, steps: int, seed: int = 0) -> dict:
 
 
 def time_raw(env_id: str, cameras: tuple[str, ...], steps: int, seed: int = 0) -> float:
+    import mujoco
+
     recorded = record_controls(env_id, steps, seed)
     env = recorded["env"]
     model, data, substeps = env.model, env.data, env.cfg.substeps
@@ -98,6 +101,8 @@ def median_rate(fn, *args, repeats: int) -> float:
 
 
 def main() -> None:
+    import mujoco
+
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
