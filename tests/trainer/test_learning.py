@@ -61,6 +61,9 @@ def test_grpo_learns_to_reach(tmp_path):
     assert stats["eval_return_mean"] > baseline + 8, (stats, baseline)
 
 
+SAC_NETS = ["policy.hidden_sizes=[128,128]", "algo.critic_hidden=[128,128]", "run.torch_threads=2"]
+
+
 @pytest.mark.slow
 def test_sac_learns_to_reach(tmp_path):
     stats, baseline = train_and_evaluate(
@@ -69,9 +72,7 @@ def test_sac_learns_to_reach(tmp_path):
         [
             "run.total_env_steps=4800",
             "algo.learning_starts=800",
-            "policy.hidden_sizes=[128,128]",
-            "algo.critic_hidden=[128,128]",
-            "run.torch_threads=2",
+            *SAC_NETS,
         ],
     )
     assert stats["eval_return_mean"] > baseline + 15, (stats, baseline)
@@ -88,9 +89,7 @@ def test_rlpd_learns_to_reach_from_demos(tmp_path):
             "algo.demo_episodes=8",
             "algo.learning_starts=0",
             "algo.utd_ratio=1.0",
-            "policy.hidden_sizes=[128,128]",
-            "algo.critic_hidden=[128,128]",
-            "run.torch_threads=2",
+            *SAC_NETS,
         ],
     )
     assert stats["eval_return_mean"] > baseline + 15, (stats, baseline)

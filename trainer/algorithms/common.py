@@ -36,6 +36,16 @@ class OnPolicyBatch:
         }
 
 
+def select_obs(obs: dict[str, Any], idx: torch.Tensor) -> dict[str, Any]:
+    """Rows ``idx`` of a flat observation batch (state and every camera)."""
+    return {"state": obs["state"][idx], "images": {k: v[idx] for k, v in obs["images"].items()}}
+
+
+def clipped_surrogate_loss(advantages: torch.Tensor, ratio: torch.Tensor, clip: float) -> torch.Tensor:
+    """PPO's pessimistic clipped policy objective, as a loss to minimise."""
+    return torch.max(-advantages * ratio, -advantages * torch.clamp(ratio, 1 - clip, 1 + clip)).mean()
+
+
 def _stack_obs(observations: list[dict[str, Any]]) -> dict[str, Any]:
     return {
         "state": np.stack([o["state"] for o in observations]),

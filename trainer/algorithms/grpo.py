@@ -19,9 +19,11 @@ from sim_envs.vector import SimVectorEnv
 from trainer.algorithms.common import (
     IterationResult,
     OnPolicyBatch,
+    clipped_surrogate_loss,
     collect_on_policy,
     decisions_per_episode,
     policy_cameras,
+    select_obs,
 )
 
 
@@ -76,7 +78,7 @@ class GRPO:
         advantages = (episode_adv.unsqueeze(0) * mask).flatten()
         keep = mask.flatten() > 0
         obs = batch.flat_obs()
-        obs = {"state": obs["state"][keep], "images": {k: v[keep] for k, v in obs["images"].items()}}
+        obs = select_obs(obs, keep)
         samples = batch.samples.flatten(0, 1)[keep]
         old_log_probs = batch.log_probs.flatten()[keep]
         advantages = advantages[keep]
@@ -87,15 +89,13 @@ class GRPO:
             order = torch.randperm(size)
             for start in range(0, size, minibatch):
                 idx = order[start : start + minibatch]
-                mb_obs = {"state": obs["state"][idx], "images": {k: v[idx] for k, v in obs["images"].items()}}
+                mb_obs = select_obs(obs, idx)
                 evaluation = policy.evaluate(mb_obs, samples[idx])
                 log_ratio = evaluation.log_prob - old_log_probs[idx]
                 ratio = log_ratio.exp()
                 approx_kl = ((ratio - 1) - log_ratio).mean()
                 adv = advantages[idx]
-                policy_loss = torch.max(
-                    -adv * ratio, -adv * torch.clamp(ratio, 1 - cfg.clip_coef, 1 + cfg.clip_coef)
-                ).mean()
+                policy_loss = clipped_surrogate_loss(adv, ratio, cfg.clip_coef)
                 entropy = evaluation.entropy.mean()
                 loss = policy_loss - cfg.entropy_coef * entropy + cfg.kl_coef * approx_kl
                 self.optimizer.zero_grad()

@@ -19,10 +19,12 @@ from sim_envs.vector import SimVectorEnv
 from trainer.algorithms.common import (
     IterationResult,
     OnPolicyBatch,
+    clipped_surrogate_loss,
     collect_on_policy,
     decisions_per_episode,
     generalized_advantages,
     policy_cameras,
+    select_obs,
 )
 
 
@@ -82,7 +84,7 @@ class PPO:
             epoch_kl = []
             for start in range(0, size, minibatch):
                 idx = order[start : start + minibatch]
-                mb_obs = {"state": obs["state"][idx], "images": {k: v[idx] for k, v in obs["images"].items()}}
+                mb_obs = select_obs(obs, idx)
                 evaluation = policy.evaluate(mb_obs, samples[idx])
                 log_ratio = evaluation.log_prob - old_log_probs[idx]
                 ratio = log_ratio.exp()
@@ -93,9 +95,7 @@ class PPO:
                 mb_adv = advantages[idx]
                 if cfg.normalize_advantages and len(idx) > 1:
                     mb_adv = (mb_adv - mb_adv.mean()) / (mb_adv.std() + 1e-8)
-                policy_loss = torch.max(
-                    -mb_adv * ratio, -mb_adv * torch.clamp(ratio, 1 - cfg.clip_coef, 1 + cfg.clip_coef)
-                ).mean()
+                policy_loss = clipped_surrogate_loss(mb_adv, ratio, cfg.clip_coef)
 
                 # Clipped value loss, as in the PPO reference implementation.
                 value = evaluation.value
