@@ -1,0 +1,356 @@
+"""The agent's control loop: one tick per control period, on the agent's own clock, in its own thread.
+
+Each tick:
+1. apply queued commands (start / stop episode, hold, e-stop, mode);
+2. observe the robot and send the observation (seq = tick number);
+3. wait, at most part of the period, for the action of this tick (a chunk answering any earlier seq);
+4. pass it through local safety and execute it, or hold if there is none;
+5. sleep to the next tick.
+
+The link thread only calls :meth:`accept_chunk`, :meth:`post_command`, :meth:`link_up` and
+:meth:`link_down`; everything that touches the robot happens here.
+"""
+
+from __future__ import annotations
+
+import collections
+import logging
+import threading
+import time
+import uuid
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from protos import link_codec
+from protos import robot_link_pb2 as pb
+from protos.validation import ContractError
+from robot_agent.action_queue import ActionQueue, StaleChunk
+from robot_agent.config import AgentConfig
+from robot_agent.drivers.base import DriverError, RobotDriver
+from robot_agent.safety import SafetyFilter
+from robot_agent.spool import EpisodeSpool
+from robot_agent.watchdog import Watchdog
+
+log = logging.getLogger(__name__)
+
+Send = Callable[[pb.AgentMessage], None]
+
+
+@dataclass
+class LoopStats:
+    """Counters the agent logs and tests read."""
+
+    ticks: int = 0
+    actions_executed: int = 0
+    holds: int = 0
+    chunks_accepted: int = 0
+    chunks_rejected: int = 0
+    late_ticks: int = 0
+    episodes_ended: int = 0
+    episodes_aborted: int = 0
+    hold_entered_mono: list[float] = field(default_factory=list)  # when the watchdog / link put it in hold
+    watchdog_deadlines: list[float] = field(default_factory=list)  # the deadline each trip answered
+
+
+@dataclass
+class _Episode:
+    episode_id: str
+    step: int = 0
+    pending: pb.Observation | None = None  # newest observation of the current step, spooled once final
+    transition: pb.Transition | None = None
+    ending: tuple[int, str] | None = None  # (EpisodeEvent kind, reason) once the last step has run
+    success: bool = False
+
+
+class ControlLoop:
+    """Runs the robot; safe to start before the link is up (it holds until actions arrive).
+
+    Owns the driver once started: every driver call, ``close`` included, happens on the loop's thread.
+    """
+
+    def __init__(self, driver: RobotDriver, config: AgentConfig, spool: EpisodeSpool, send: Send) -> None:
+        self.driver, self.config, self.spool, self._send = driver, config, spool, send
+        self.spec = driver.spec
+        self.period_s = 1.0 / self.spec.control_hz
+        self.safety = SafetyFilter(self.spec, driver.arms, config.safety)
+        self.queue = ActionQueue(config.chunk_merge)
+        self.watchdog = Watchdog(config.safety.watchdog_periods * self.period_s)
+        self.stats = LoopStats()
+        self.mode = pb.MODE_POLICY
+        self.holding = True
+        self.estopped = False
+        self._link_up = threading.Event()
+        self._stop = threading.Event()
+        self._commands: collections.deque[pb.Command] = collections.deque()
+        self._seq = 0  # the tick being run; observations and actions are indexed by it
+        self._sent_mono: collections.OrderedDict[int, int] = collections.OrderedDict()
+        self._seq_lock = threading.Lock()
+        self._episode: _Episode | None = None
+        self._last_executed: np.ndarray | None = None
+        self._encoder = ThreadPoolExecutor(max(1, len(self.spec.cameras)), thread_name_prefix="jpeg")
+        self._thread: threading.Thread | None = None
+
+    # -- called from the link thread ---------------------------------------------------------------
+    def accept_chunk(self, msg: pb.ActionChunk) -> str | None:
+        """Queue a chunk if it is valid and fresh; returns an error message for the trainer otherwise."""
+        if self.estopped:
+            return self._reject("estop", "e-stop is latched; restart the agent to release it")
+        try:
+            chunk = self.safety.check_chunk(link_codec.chunk_from_proto(msg))
+        except (ContractError, link_codec.LinkCodecError) as exc:
+            return self._reject("bad_action", str(exc))
+        with self._seq_lock:
+            sent_mono = self._sent_mono.get(msg.obs_seq)
+            latest = next(reversed(self._sent_mono), -1) if self._sent_mono else -1
+            next_tick = self._seq
+        if msg.obs_seq > latest:
+            return self._reject(
+                "bad_action", f"chunk answers seq {msg.obs_seq}, but the newest sent is {latest}"
+            )
+        if sent_mono is None:
+            return self._reject("stale_action", f"chunk answers seq {msg.obs_seq}, too old to remember")
+        max_age_ms = self.config.safety.max_action_age_ms
+        if msg.max_age_ms:
+            max_age_ms = min(max_age_ms, msg.max_age_ms)
+        age_ms = (time.monotonic_ns() - sent_mono) / 1e6
+        if age_ms > max_age_ms:
+            return self._reject(
+                "stale_action", f"chunk answers an observation {age_ms:.0f} ms old (max {max_age_ms:g})"
+            )
+        try:
+            self.queue.accept(chunk, msg.obs_seq, next_tick)
+        except StaleChunk as exc:
+            return self._reject("stale_action", str(exc))
+        self.stats.chunks_accepted += 1
+        return None
+
+    def post_command(self, command: pb.Command) -> None:
+        if command.kind == pb.Command.ESTOP:
+            self._estop()  # at once, not at the next tick
+        self._commands.append(command)
+
+    def link_up(self) -> None:
+        self._link_up.set()
+
+    def link_down(self) -> None:
+        """Hold now and abort the running episode: no action from a dead link is ever executed."""
+        self._link_up.clear()
+        self.queue.clear()
+
+    # -- lifecycle ---------------------------------------------------------------------------------
+    def start(self) -> None:
+        self._thread = threading.Thread(target=self.run, name="control-loop", daemon=True)
+        self._thread.start()
+
+    def stop(self, timeout: float = 5.0) -> None:
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(timeout)
+        self._encoder.shutdown(wait=False)
+
+    def run(self) -> None:
+        next_tick = time.monotonic()
+        while not self._stop.is_set():
+            tick_start = time.monotonic()
+            try:
+                self._tick(tick_start)
+            except DriverError as exc:
+                log.error("driver error: %s; holding", exc)
+                self._send_error("driver_error", str(exc))
+                self._end_episode(pb.EpisodeEvent.ABORTED, f"driver error: {exc}")
+                self._enter_hold(time.monotonic())
+            self.stats.ticks += 1
+            with self._seq_lock:
+                self._seq += 1
+            next_tick += self.period_s
+            delay = next_tick - time.monotonic()
+            if delay > 0:
+                self._stop.wait(delay)
+            else:
+                self.stats.late_ticks += 1
+                next_tick = time.monotonic()  # do not try to catch up with a burst of ticks
+        self._end_episode(pb.EpisodeEvent.ABORTED, "agent stopped")
+        self.driver.close()  # in this thread: drivers may hold thread-bound resources (GL contexts)
+
+    # -- one tick ----------------------------------------------------------------------------------
+    def _tick(self, tick_start: float) -> None:
+        while self._commands:
+            self._apply_command(self._commands.popleft())
+        if not self._link_up.is_set() and self._episode is not None:
+            self._end_episode(pb.EpisodeEvent.ABORTED, "link lost")
+        if not self._link_up.is_set():
+            self._enter_hold(time.monotonic())
+        observation = self._observe()
+        episode = self._episode
+        if episode is not None and episode.ending is not None:
+            self._end_episode(*episode.ending)
+            episode = None
+        action = None
+        if episode is not None and self.mode != pb.MODE_TELEOP and not self.estopped:
+            wait_until = tick_start + self.config.action_wait_fraction * self.period_s
+            deadline = self.watchdog.deadline()
+            if time.monotonic() < deadline:
+                wait_until = min(wait_until, deadline)  # wake at the deadline to hold on time
+            action = self.queue.wait_for(self._seq, wait_until - time.monotonic())
+        else:
+            self.queue.wait_for(self._seq, 0.0)  # drop anything queued for this tick
+        if action is None:
+            if not self.estopped:
+                self.driver.hold()
+            self.stats.holds += 1
+            if episode is not None and self.watchdog.expired():
+                self._enter_hold(time.monotonic(), self.watchdog.deadline())
+            return
+        self._execute(action, observation, episode)
+
+    def _execute(self, action: np.ndarray, observation: pb.Observation, episode: _Episode) -> None:
+        safe, events = self.safety.limit(action, np.asarray(observation.state), self._last_executed)
+        if episode.pending is not None:
+            self.spool.append(episode.episode_id, episode.pending)
+            episode.pending = None
+        outcome = self.driver.apply(safe)
+        self.watchdog.feed()
+        self.holding = False
+        self._last_executed = safe
+        self.stats.actions_executed += 1
+        episode.step += 1
+        episode.success = episode.success or outcome.success
+        episode.transition = pb.Transition(
+            executed_action=safe.tolist(),
+            policy_action=action.tolist(),
+            reward=outcome.reward,
+            terminated=outcome.terminated,
+            truncated=outcome.truncated or episode.step >= self.spec.max_episode_steps,
+            success=outcome.success,
+            safety_events=events,
+        )
+        if outcome.terminated or episode.transition.truncated:
+            reason = "terminated" if outcome.terminated else "truncated"
+            episode.ending = (pb.EpisodeEvent.ENDED, reason)
+
+    def _observe(self) -> pb.Observation:
+        reading = self.driver.observe()
+        mono, wall = link_codec.now_ns()
+        frames = self._encode(reading.images, reading.capture_ns)
+        episode = self._episode
+        msg = pb.Observation(
+            seq=self._seq,
+            episode_id=episode.episode_id if episode else "",
+            step=episode.step if episode else 0,
+            mono_ns=mono,
+            wall_ns=wall,
+            frames=frames,
+            state=np.asarray(reading.state, dtype=np.float32).tolist(),
+            instruction=self.spec.instruction,
+            mode=self.mode,
+            holding=self.holding,
+        )
+        if episode is not None and episode.transition is not None:
+            msg.transition.CopyFrom(episode.transition)
+        if episode is not None:
+            episode.pending = msg
+        with self._seq_lock:
+            self._sent_mono[self._seq] = mono
+            while len(self._sent_mono) > 256:
+                self._sent_mono.popitem(last=False)
+        self._send(pb.AgentMessage(observation=msg))
+        return msg
+
+    def _encode(self, images: dict[str, np.ndarray], stamps: dict[str, int]) -> list[pb.Frame]:
+        link = self.config.link
+        futures = [
+            self._encoder.submit(link_codec.encode_frame, name, image, link.codec, link.jpeg_quality)
+            for name, image in images.items()
+        ]
+        frames = [f.result() for f in futures]
+        for frame in frames:
+            frame.capture_mono_ns = stamps.get(frame.camera, 0)
+        return frames
+
+    # -- commands, episodes, hold ------------------------------------------------------------------
+    def _apply_command(self, command: pb.Command) -> None:
+        kind = command.kind
+        if kind == pb.Command.START_EPISODE:
+            self._start_episode(command)
+        elif kind == pb.Command.STOP_EPISODE:
+            self._end_episode(pb.EpisodeEvent.ENDED, "stopped by the trainer")
+        elif kind == pb.Command.HOLD:
+            self.queue.clear()
+            self._enter_hold(time.monotonic())
+        elif kind == pb.Command.SET_MODE:
+            self.mode = command.mode
+        elif kind == pb.Command.SHUTDOWN:
+            self._end_episode(pb.EpisodeEvent.ABORTED, "shutdown by the trainer")
+            self._stop.set()
+        elif kind == pb.Command.ESTOP:
+            self.driver.estop()
+            self._end_episode(pb.EpisodeEvent.ABORTED, "e-stop")
+
+    def _start_episode(self, command: pb.Command) -> None:
+        if self.estopped:
+            self._send_error("estop", "cannot start an episode: e-stop is latched")
+            return
+        self._end_episode(pb.EpisodeEvent.ENDED, "a new episode was started")
+        self.queue.clear()
+        self.driver.reset(int(command.seed) if command.seed else None)
+        episode_id = command.episode_id or f"{self.config.robot_id}-{uuid.uuid4().hex[:12]}"
+        try:
+            self.spool.begin(episode_id)
+        except ValueError as exc:
+            self._send_error("bad_command", str(exc))
+            return
+        self._episode = _Episode(episode_id)
+        self._last_executed = None
+        self.watchdog.feed()
+        self._send(
+            pb.AgentMessage(
+                episode_event=pb.EpisodeEvent(kind=pb.EpisodeEvent.STARTED, episode_id=episode_id)
+            )
+        )
+
+    def _end_episode(self, kind: int, reason: str) -> None:
+        episode, self._episode = self._episode, None
+        if episode is None:
+            return
+        if episode.pending is not None:
+            self.spool.append(episode.episode_id, episode.pending)
+        end = pb.EpisodeEvent(
+            kind=kind,
+            episode_id=episode.episode_id,
+            num_steps=episode.step,
+            success=episode.success,
+            reason=reason,
+        )
+        self.spool.finish(episode.episode_id, end)
+        if kind == pb.EpisodeEvent.ABORTED:
+            self.stats.episodes_aborted += 1
+        else:
+            self.stats.episodes_ended += 1
+        self._send(pb.AgentMessage(episode_event=end))
+
+    def _enter_hold(self, now: float, deadline: float | None = None) -> None:
+        if self.holding:
+            return
+        self.holding = True
+        self.stats.hold_entered_mono.append(now)
+        self.stats.watchdog_deadlines.append(deadline if deadline is not None else now)
+        log.warning("holding the robot (%s)", "watchdog" if deadline is not None else "link/command")
+
+    def _estop(self) -> None:
+        if not self.estopped:
+            self.estopped = True
+            self.queue.clear()
+            log.critical("E-STOP: actions are refused until the agent is restarted")
+            self._enter_hold(time.monotonic())
+
+    def _reject(self, code: str, message: str) -> str:
+        self.stats.chunks_rejected += 1
+        log.warning("rejected action chunk (%s): %s", code, message)
+        self._send_error(code, message)
+        return message
+
+    def _send_error(self, code: str, message: str) -> None:
+        self._send(pb.AgentMessage(error=pb.AgentError(code=code, message=message)))

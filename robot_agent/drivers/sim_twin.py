@@ -1,0 +1,100 @@
+"""The sim twin: a ``sim_envs`` task run in-process as if it were the robot (what CI and tests use).
+
+The domain-randomisation knobs are its "reality gap" (``randomization="reality_gap"`` by default),
+and it has no privileged state: it shows the trainer exactly what a real arm would.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import time
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from robot_agent.drivers.base import DriverCapabilities, DriverObservation, RobotDriver, StepOutcome
+from robot_agent.safety import ArmScaling
+
+RANDOMIZATION_PRESETS = ("reality_gap", "none")
+
+
+@dataclass(frozen=True)
+class SimTwinConfig:
+    """Which task the twin runs and how it looks. ``randomization`` is a preset name or a dict."""
+
+    task: str = "pick_lift"
+    control_hz: float = 10.0
+    cameras: tuple[str, ...] = ("front", "wrist")
+    image_size: int = 128
+    randomization: str | dict = "reality_gap"
+    reward_type: str = "dense"
+
+
+class SimTwinDriver(RobotDriver):
+    """Drives a MuJoCo Franka task through the same driver interface as a real arm."""
+
+    kind = "sim-twin"
+
+    def __init__(self, config: SimTwinConfig | None = None) -> None:
+        import sim_envs  # lazy: a robot PC without the sim extra never needs MuJoCo
+        from sim_envs.franka_env import FrankaEnv, FrankaEnvConfig
+        from sim_envs.randomization import REALITY_GAP
+
+        self.config = config or SimTwinConfig()
+        del sim_envs
+        randomization: Any = self.config.randomization
+        if isinstance(randomization, str):
+            if randomization not in RANDOMIZATION_PRESETS:
+                raise ValueError(f"sim-twin randomization must be one of {RANDOMIZATION_PRESETS} or a dict")
+            randomization = REALITY_GAP if randomization == "reality_gap" else None
+        env_config = FrankaEnvConfig.from_overrides(
+            task=self.config.task,
+            control_hz=self.config.control_hz,
+            cameras=self.config.cameras,
+            image_height=self.config.image_size,
+            image_width=self.config.image_size,
+            reward_type=self.config.reward_type,
+            privileged_state=False,
+            randomization=randomization,  # type: ignore[arg-type]  (from_overrides converts a dict)
+            max_episode_steps=1_000_000_000,  # the agent truncates at the spec's horizon, not the env
+        )
+        self.env = FrankaEnv(config=env_config)
+        horizon = self.env.task.max_episode_steps
+        self.spec = dataclasses.replace(
+            self.env.env_spec, max_episode_steps=horizon, metadata={**self.env.env_spec.metadata, "twin": "1"}
+        )
+        self.capabilities = DriverCapabilities(reset=True, reward=True, gripper=True)
+        self.arms = (ArmScaling(env_config.max_translation_m, env_config.max_rotation_rad),)
+        self._hold_action = np.zeros(self.spec.action.dim, dtype=np.float32)
+        self._obs: dict | None = None
+        self._stamp = 0
+        # No rendering here: GL contexts belong to the thread that first renders (the control loop's).
+
+    def reset(self, seed: int | None = None) -> None:
+        self._obs, _ = self.env.reset(seed=seed)
+        self._stamp = time.monotonic_ns()
+        self._hold_action[:] = 0.0
+        self._hold_action[-1] = 1.0  # the env resets with the gripper open
+
+    def observe(self) -> DriverObservation:
+        if self._obs is None:
+            self.reset(seed=0)
+        assert self._obs is not None
+        stamps = dict.fromkeys(self._obs["images"], self._stamp)
+        return DriverObservation(self._obs["state"], self._obs["images"], stamps)
+
+    def apply(self, action: np.ndarray) -> StepOutcome:
+        self._obs, reward, terminated, _, info = self.env.step(action)
+        self._stamp = time.monotonic_ns()
+        self._hold_action[-1] = action[-1]
+        if info.get("physics_unstable"):
+            return StepOutcome(reward=0.0, truncated=True)
+        return StepOutcome(float(reward), bool(terminated), False, bool(info.get("success", False)))
+
+    def hold(self) -> None:
+        self._obs, *_ = self.env.step(self._hold_action)  # zero deltas: the target pose stays put
+        self._stamp = time.monotonic_ns()
+
+    def close(self) -> None:
+        self.env.close()

@@ -1,0 +1,232 @@
+"""The agent's side of the link: grpc asyncio, one bidirectional ``Session`` stream, reconnect with backoff.
+
+The link only moves messages. Actions go to the control loop, which decides whether they are safe and
+fresh; acknowledged episodes are deleted from the spool; unacknowledged ones are uploaded again after
+every (re)connect. While the link is down the control loop holds the robot.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import random
+import threading
+from pathlib import Path
+
+import grpc
+
+from protos import link_codec
+from protos import robot_link_pb2 as pb
+from protos import robot_link_pb2_grpc as pb_grpc
+from robot_agent.config import LinkConfig
+from robot_agent.control_loop import ControlLoop
+from robot_agent.spool import EpisodeSpool
+
+log = logging.getLogger(__name__)
+
+_REFUSED = (
+    grpc.StatusCode.UNAUTHENTICATED,
+    grpc.StatusCode.PERMISSION_DENIED,
+    grpc.StatusCode.FAILED_PRECONDITION,
+)
+
+
+class LinkRefused(RuntimeError):
+    """The trainer refused this agent (wrong token, certificate or protocol): retrying cannot help."""
+
+
+def channel_options() -> list[tuple[str, int | str]]:
+    return [
+        ("grpc.max_send_message_length", link_codec.MAX_MESSAGE_BYTES),
+        ("grpc.max_receive_message_length", link_codec.MAX_MESSAGE_BYTES),
+        ("grpc.keepalive_time_ms", 2000),  # notice a silently dead peer within a few seconds
+        ("grpc.keepalive_timeout_ms", 2000),
+        ("grpc.keepalive_permit_without_calls", 1),
+        ("grpc.http2.max_pings_without_data", 0),
+    ]
+
+
+def make_channel(config: LinkConfig) -> grpc.aio.Channel:
+    """An insecure channel only with ``insecure``; otherwise TLS, with a client certificate for mTLS."""
+    options = channel_options()
+    if config.insecure:
+        return grpc.aio.insecure_channel(config.server, options=options)
+    credentials = grpc.ssl_channel_credentials(
+        root_certificates=_read(config.tls_ca),
+        private_key=_read(config.tls_key),
+        certificate_chain=_read(config.tls_cert),
+    )
+    if config.tls_server_name:
+        options.append(("grpc.ssl_target_name_override", config.tls_server_name))
+    return grpc.aio.secure_channel(config.server, credentials, options=options)
+
+
+def _read(path: str | None) -> bytes | None:
+    return Path(path).expanduser().read_bytes() if path else None
+
+
+class LinkClient:
+    """Keeps one session with the trainer alive for as long as the agent runs."""
+
+    def __init__(
+        self, config: LinkConfig, control: ControlLoop, spool: EpisodeSpool, robot_id: str, robot_kind: str
+    ) -> None:
+        self.config, self.control, self.spool = config, control, spool
+        self.robot_id, self.robot_kind = robot_id, robot_kind
+        self.sessions = 0  # sessions that got a welcome
+        self.dropped_observations = 0
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._outbox: asyncio.Queue[pb.AgentMessage] | None = None
+        self._pending_observations = 0
+        self._count_lock = threading.Lock()
+        self._uploads: set[asyncio.Task] = set()
+
+    # -- called from the control thread ------------------------------------------------------------
+    def send(self, message: pb.AgentMessage) -> None:
+        """Queue a message for the trainer; live observations are skipped while the link is down or slow."""
+        loop, outbox = self._loop, self._outbox
+        is_observation = message.HasField("observation")
+        if loop is None or outbox is None:
+            return  # no session: the spool has everything that matters
+        if is_observation:
+            with self._count_lock:
+                if self._pending_observations >= self.config.max_outbox_observations:
+                    self.dropped_observations += 1
+                    return
+                self._pending_observations += 1
+        with contextlib.suppress(RuntimeError):  # the loop is closing
+            loop.call_soon_threadsafe(outbox.put_nowait, message)
+
+    # -- the session loop --------------------------------------------------------------------------
+    async def run(self, stop: asyncio.Event) -> None:
+        """Connect, serve, and reconnect with jittered exponential backoff until ``stop`` is set."""
+        self._loop = asyncio.get_running_loop()
+        backoff = self.config.reconnect_initial_s
+        while not stop.is_set():
+            welcomed = False
+            try:
+                welcomed = await self._session(stop)
+            except grpc.aio.AioRpcError as exc:
+                if exc.code() in _REFUSED:
+                    raise LinkRefused(
+                        f"the trainer refused robot {self.robot_id!r}: {exc.details()}"
+                    ) from None
+                log.warning("link to %s down: %s %s", self.config.server, exc.code().name, exc.details())
+            finally:
+                self._outbox = None
+                self.control.link_down()
+            if welcomed:
+                backoff = self.config.reconnect_initial_s
+            if stop.is_set():
+                break
+            delay = backoff * random.uniform(0.5, 1.0)
+            backoff = min(backoff * 2.0, self.config.reconnect_max_s)
+            log.info("reconnecting in %.2f s", delay)
+            with contextlib.suppress(asyncio.TimeoutError):
+                await asyncio.wait_for(stop.wait(), delay)
+
+    async def _session(self, stop: asyncio.Event) -> bool:
+        async with make_channel(self.config) as channel:
+            stub = pb_grpc.RobotLinkStub(channel)
+            metadata = link_codec.metadata_token(self.config.token) if self.config.token else None
+            call = stub.Session(metadata=metadata)
+            pending = self.spool.pending()
+            await call.write(pb.AgentMessage(register=self._register(pending)))
+            first = await call.read()
+            if first is grpc.aio.EOF or not first.HasField("welcome"):
+                raise LinkRefused("the trainer closed the session without a welcome")
+            if first.welcome.protocol_version != link_codec.PROTOCOL_VERSION:
+                raise LinkRefused(
+                    f"protocol mismatch: trainer speaks v{first.welcome.protocol_version}, "
+                    f"agent v{link_codec.PROTOCOL_VERSION}; upgrade the older side"
+                )
+            self.sessions += 1
+            log.info(
+                "connected to %s as %s (session %s)",
+                self.config.server,
+                self.robot_id,
+                first.welcome.session_id,
+            )
+            self._outbox = outbox = asyncio.Queue()
+            with self._count_lock:
+                self._pending_observations = 0
+            self.control.link_up()
+            tasks = [
+                asyncio.create_task(self._write(call, outbox)),
+                asyncio.create_task(self._read(call, outbox)),
+                asyncio.create_task(stop.wait()),
+            ]
+            upload = asyncio.create_task(self._upload(pending, outbox))
+            try:
+                done, _ = await asyncio.wait(tasks, return_when=asyncio.FIRST_COMPLETED)
+                for task in done:
+                    if task.exception() is not None:
+                        raise task.exception()  # type: ignore[misc]
+            finally:
+                self.control.link_down()
+                for task in (*tasks, upload):
+                    task.cancel()
+                call.cancel()
+            return True
+
+    def _register(self, pending: list[str]) -> pb.Register:
+        caps = self.control.driver.capabilities
+        return pb.Register(
+            robot_id=self.robot_id,
+            robot_kind=self.robot_kind,
+            spec=link_codec.spec_to_proto(self.control.spec),
+            agent_version=link_codec.AGENT_VERSION,
+            protocol_version=link_codec.PROTOCOL_VERSION,
+            capabilities=pb.DriverCapabilities(
+                reset=caps.reset,
+                reward=caps.reward,
+                gripper=caps.gripper,
+                action_kinds=[self.control.spec.action.kind],
+            ),
+            unacked_episode_ids=pending,
+        )
+
+    async def _write(self, call, outbox: asyncio.Queue) -> None:
+        while True:
+            message = await outbox.get()
+            if message.HasField("observation"):
+                with self._count_lock:
+                    self._pending_observations -= 1
+            await call.write(message)
+
+    async def _read(self, call, outbox: asyncio.Queue) -> None:
+        while True:
+            message = await call.read()
+            if message is grpc.aio.EOF:
+                status = await call.code()
+                if status in _REFUSED:
+                    raise LinkRefused(f"the trainer closed the session: {await call.details()}")
+                raise ConnectionError("the trainer closed the session")
+            body = message.WhichOneof("body")
+            if body == "actions":
+                self.control.accept_chunk(message.actions)
+            elif body == "command":
+                self.control.post_command(message.command)
+            elif body == "ack":
+                await self._on_ack(message.ack, outbox)
+
+    async def _on_ack(self, ack: pb.Ack, outbox: asyncio.Queue) -> None:
+        if ack.status == pb.Ack.STORED:
+            self.spool.acknowledge(ack.episode_id)
+        elif ack.status == pb.Ack.INCOMPLETE and ack.episode_id in self.spool.pending():
+            task = asyncio.create_task(self._upload([ack.episode_id], outbox))
+            self._uploads.add(task)
+            task.add_done_callback(self._uploads.discard)
+
+    async def _upload(self, episode_ids: list[str], outbox: asyncio.Queue) -> None:
+        """Send spooled episodes again, a part at a time, without starving live observations."""
+        for episode_id in episode_ids:
+            try:
+                for part in self.spool.upload_parts(episode_id, self.config.upload_part_bytes):
+                    while outbox.qsize() > 2:
+                        await asyncio.sleep(0.005)
+                    outbox.put_nowait(pb.AgentMessage(episode_upload=part))
+            except FileNotFoundError:
+                continue  # acknowledged meanwhile
+            log.info("uploaded spooled episode %s", episode_id)

@@ -1,0 +1,145 @@
+"""Episodes spooled on the agent's disk until the trainer acknowledges them.
+
+Layout: ``<spool_dir>/<episode_id>/steps.bin`` holds length-prefixed ``Observation`` messages,
+appended and flushed as the episode runs; ``end.bin`` (an ``EpisodeEvent``, written to a temp file
+and renamed) marks it complete. A directory without ``end.bin`` after a crash is closed as aborted on
+the next start, keeping every step that was fully written. An acknowledged episode is deleted.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import struct
+from collections.abc import Iterator
+from pathlib import Path
+
+from protos import robot_link_pb2 as pb
+
+_LENGTH = struct.Struct("<I")
+_SAFE_ID = re.compile(r"^[A-Za-z0-9_.-]{1,128}$")
+
+
+class EpisodeSpool:
+    """Append-only episode files; one writer (the control loop), readers after an episode ends."""
+
+    def __init__(self, root: str | Path) -> None:
+        self.root = Path(root)
+        self.root.mkdir(parents=True, exist_ok=True)
+        self._open: dict[str, object] = {}
+        self._counts: dict[str, int] = {}
+        self.recovered = self._close_interrupted()
+
+    # -- writing -------------------------------------------------------------------------------
+    def begin(self, episode_id: str) -> None:
+        if not _SAFE_ID.match(episode_id):
+            raise ValueError(f"episode id {episode_id!r} must be 1-128 of [A-Za-z0-9_.-]")
+        folder = self.root / episode_id
+        if folder.exists():
+            raise ValueError(f"episode {episode_id!r} is already spooled")
+        folder.mkdir()
+        self._open[episode_id] = open(folder / "steps.bin", "ab")  # noqa: SIM115 (kept open for the episode)
+        self._counts[episode_id] = 0
+
+    def append(self, episode_id: str, observation: pb.Observation) -> None:
+        handle = self._open[episode_id]
+        data = observation.SerializeToString()
+        handle.write(_LENGTH.pack(len(data)) + data)
+        handle.flush()  # a killed process loses nothing that reached here
+        self._counts[episode_id] += 1
+
+    def finish(self, episode_id: str, end: pb.EpisodeEvent) -> None:
+        handle = self._open.pop(episode_id)
+        os.fsync(handle.fileno())
+        handle.close()
+        self._counts.pop(episode_id, None)
+        _write_atomic(self.root / episode_id / "end.bin", end.SerializeToString())
+
+    # -- reading -------------------------------------------------------------------------------
+    def pending(self) -> list[str]:
+        """Complete episodes not yet acknowledged, oldest first."""
+        done = [p.parent for p in self.root.glob("*/end.bin")]
+        return [p.name for p in sorted(done, key=lambda p: (p / "end.bin").stat().st_mtime_ns)]
+
+    def end_event(self, episode_id: str) -> pb.EpisodeEvent:
+        return pb.EpisodeEvent.FromString((self.root / episode_id / "end.bin").read_bytes())
+
+    def observations(self, episode_id: str) -> Iterator[pb.Observation]:
+        yield from _read_records(self.root / episode_id / "steps.bin")
+
+    def upload_parts(self, episode_id: str, max_part_bytes: int) -> Iterator[pb.EpisodeUpload]:
+        """The episode as ``EpisodeUpload`` parts of at most about ``max_part_bytes`` each."""
+        part, batch, size = 0, [], 0
+        for obs in self.observations(episode_id):
+            n = obs.ByteSize()
+            if batch and size + n > max_part_bytes:
+                yield pb.EpisodeUpload(episode_id=episode_id, part=part, observations=batch)
+                part, batch, size = part + 1, [], 0
+            batch.append(obs)
+            size += n
+        yield pb.EpisodeUpload(
+            episode_id=episode_id, part=part, last=True, observations=batch, end=self.end_event(episode_id)
+        )
+
+    def acknowledge(self, episode_id: str) -> bool:
+        """Delete an acknowledged episode; False if it was not spooled (a duplicate ack)."""
+        if not _SAFE_ID.match(episode_id) or episode_id in self._open:
+            return False
+        folder = self.root / episode_id
+        if not (folder / "end.bin").exists():
+            return False
+        shutil.rmtree(folder)
+        return True
+
+    def close(self) -> None:
+        for handle in self._open.values():
+            handle.close()
+        self._open.clear()
+
+    # -- recovery ------------------------------------------------------------------------------
+    def _close_interrupted(self) -> list[str]:
+        recovered = []
+        for folder in sorted(p for p in self.root.iterdir() if p.is_dir()):
+            if (folder / "end.bin").exists():
+                continue
+            steps = folder / "steps.bin"
+            count = sum(1 for _ in _read_records(steps, truncate_partial=True)) if steps.exists() else 0
+            if count == 0:
+                shutil.rmtree(folder)
+                continue
+            end = pb.EpisodeEvent(
+                kind=pb.EpisodeEvent.ABORTED,
+                episode_id=folder.name,
+                num_steps=count - 1,
+                reason="agent stopped mid-episode",
+            )
+            _write_atomic(folder / "end.bin", end.SerializeToString())
+            recovered.append(folder.name)
+        return recovered
+
+
+def _read_records(path: Path, truncate_partial: bool = False) -> Iterator[pb.Observation]:
+    with open(path, "rb") as handle:
+        good_end = 0
+        while True:
+            header = handle.read(_LENGTH.size)
+            if len(header) < _LENGTH.size:
+                break
+            (length,) = _LENGTH.unpack(header)
+            data = handle.read(length)
+            if len(data) < length:
+                break
+            good_end = handle.tell()
+            yield pb.Observation.FromString(data)
+    if truncate_partial and good_end < path.stat().st_size:
+        os.truncate(path, good_end)  # drop a record cut short by a crash
+
+
+def _write_atomic(path: Path, data: bytes) -> None:
+    tmp = path.with_suffix(".tmp")
+    with open(tmp, "wb") as handle:
+        handle.write(data)
+        handle.flush()
+        os.fsync(handle.fileno())
+    os.replace(tmp, path)

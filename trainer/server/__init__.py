@@ -1,0 +1,1 @@
+"""The trainer's robot-facing server: the robot link, robot sessions and episode intake."""

@@ -1,0 +1,102 @@
+"""Episodes arriving from robots: assembled from the live stream or from spool uploads, stored once.
+
+A robot's episode is stored when its end event arrives and every step ``0..num_steps`` was seen;
+otherwise the agent is told ``INCOMPLETE`` and uploads its spooled copy. Episode ids already stored
+are acknowledged again without storing twice, which is what makes the agent's resend safe.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Protocol
+
+from protos import robot_link_pb2 as pb
+from protos.env_spec import EnvSpec
+
+
+@dataclass
+class RobotEpisode:
+    """A complete episode from one robot: observations ``0..num_steps`` and how it ended."""
+
+    robot_id: str
+    spec: EnvSpec
+    observations: list[pb.Observation]
+    end: pb.EpisodeEvent
+
+    @property
+    def episode_id(self) -> str:
+        return self.end.episode_id
+
+    @property
+    def aborted(self) -> bool:
+        return self.end.kind == pb.EpisodeEvent.ABORTED
+
+
+class EpisodeSink(Protocol):
+    """Where complete episodes go (a dataset writer, a replay buffer, a test's list)."""
+
+    def has(self, episode_id: str) -> bool: ...
+
+    def store(self, episode: RobotEpisode) -> None: ...
+
+
+@dataclass
+class MemoryEpisodeSink:
+    """Keeps episodes in memory, in arrival order."""
+
+    episodes: list[RobotEpisode] = field(default_factory=list)
+
+    def has(self, episode_id: str) -> bool:
+        return any(e.episode_id == episode_id for e in self.episodes)
+
+    def store(self, episode: RobotEpisode) -> None:
+        self.episodes.append(episode)
+
+
+class EpisodeAssembler:
+    """Collects one robot's episodes; returns the ack to send for each end event or finished upload."""
+
+    def __init__(self, robot_id: str, spec: EnvSpec, sink: EpisodeSink) -> None:
+        self.robot_id, self.spec, self.sink = robot_id, spec, sink
+        self._live: dict[str, dict[int, pb.Observation]] = {}
+        self._uploads: dict[str, list[pb.Observation]] = {}
+        self.stored = 0
+        self.duplicates = 0
+
+    def on_observation(self, obs: pb.Observation) -> None:
+        if obs.episode_id:
+            self._live.setdefault(obs.episode_id, {})[obs.step] = obs  # a hold re-sends a step: newest wins
+
+    def on_end(self, end: pb.EpisodeEvent) -> pb.Ack:
+        steps = self._live.pop(end.episode_id, {})
+        if self.sink.has(end.episode_id):
+            self.duplicates += 1
+            return pb.Ack(episode_id=end.episode_id, status=pb.Ack.STORED)
+        if any(i not in steps for i in range(end.num_steps + 1)):
+            return pb.Ack(episode_id=end.episode_id, status=pb.Ack.INCOMPLETE)
+        return self._store([steps[i] for i in range(end.num_steps + 1)], end)
+
+    def on_upload(self, part: pb.EpisodeUpload) -> pb.Ack | None:
+        """Accumulate an upload; on its last part, store it and return the ack."""
+        buffer = self._uploads.setdefault(part.episode_id, [])
+        if part.part == 0:
+            buffer.clear()
+        buffer.extend(part.observations)
+        if not part.last:
+            return None
+        observations = self._uploads.pop(part.episode_id)
+        self._live.pop(part.episode_id, None)
+        if self.sink.has(part.episode_id):
+            self.duplicates += 1
+            return pb.Ack(episode_id=part.episode_id, status=pb.Ack.STORED)
+        steps = [o.step for o in observations]
+        if steps != list(range(part.end.num_steps + 1)):
+            raise ValueError(
+                f"upload of episode {part.episode_id!r} has steps {steps[:5]}... for {part.end.num_steps} transitions"
+            )
+        return self._store(observations, part.end)
+
+    def _store(self, observations: list[pb.Observation], end: pb.EpisodeEvent) -> pb.Ack:
+        self.sink.store(RobotEpisode(self.robot_id, self.spec, observations, end))
+        self.stored += 1
+        return pb.Ack(episode_id=end.episode_id, status=pb.Ack.STORED)

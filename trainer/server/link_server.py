@@ -1,0 +1,269 @@
+"""The trainer's side of the robot link: a grpc asyncio server that accepts many robot agents at once.
+
+Each agent opens one ``Session`` stream. The server checks the token, reads the registration (the
+robot's :class:`EnvSpec` travels in it), and then keeps a :class:`RobotSession` that the rest of the
+trainer uses to read observations and send actions and commands. A robot id that reconnects takes
+over its old session. Episodes are stored once each through an :class:`EpisodeSink`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import threading
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import grpc
+from grpc_health.v1 import health_pb2, health_pb2_grpc
+from grpc_health.v1.health import aio as health_aio
+from grpc_reflection.v1alpha import reflection
+
+from protos import link_codec
+from protos import robot_link_pb2 as pb
+from protos import robot_link_pb2_grpc as pb_grpc
+from trainer.server.auth import ServerAuthConfig
+from trainer.server.episodes import EpisodeAssembler, EpisodeSink, MemoryEpisodeSink
+from trainer.server.session import RobotSession
+
+log = logging.getLogger(__name__)
+
+SERVICE_NAME = pb.DESCRIPTOR.services_by_name["RobotLink"].full_name
+REGISTER_TIMEOUT_S = 10.0
+
+
+@dataclass(frozen=True)
+class LinkServerConfig:
+    """Where the server listens and how it authenticates agents."""
+
+    host: str = "0.0.0.0"
+    port: int = 50051
+    auth: ServerAuthConfig = field(default_factory=lambda: ServerAuthConfig(insecure=True))
+    max_message_bytes: int = link_codec.MAX_MESSAGE_BYTES
+
+
+SessionHook = Callable[[RobotSession], Awaitable[None] | None]
+
+
+class LinkServer:
+    """Owns the grpc server and the live sessions, keyed by robot id."""
+
+    def __init__(
+        self,
+        config: LinkServerConfig,
+        sink: EpisodeSink | None = None,
+        on_session: SessionHook | None = None,
+    ) -> None:
+        self.config = config
+        self.sink = sink if sink is not None else MemoryEpisodeSink()
+        self.on_session = on_session
+        self.sessions: dict[str, RobotSession] = {}
+        self.assemblers: dict[str, EpisodeAssembler] = {}
+        self.refused = 0
+        self.port = 0
+        self._server: grpc.aio.Server | None = None
+        self._session_added = asyncio.Condition()
+        self._tasks: set[asyncio.Task] = set()
+
+    async def start(self) -> int:
+        """Bind and start serving; returns the bound port (useful with ``port=0``)."""
+        limit = self.config.max_message_bytes
+        self._server = grpc.aio.server(
+            options=[
+                ("grpc.max_receive_message_length", limit),
+                ("grpc.max_send_message_length", limit),
+                ("grpc.keepalive_time_ms", 2000),
+                ("grpc.keepalive_timeout_ms", 2000),
+                ("grpc.http2.min_ping_interval_without_data_ms", 1000),
+                ("grpc.keepalive_permit_without_calls", 1),
+                ("grpc.so_reuseport", 0),
+            ]
+        )
+        pb_grpc.add_RobotLinkServicer_to_server(_Servicer(self), self._server)
+        health = health_aio.HealthServicer()
+        health_pb2_grpc.add_HealthServicer_to_server(health, self._server)
+        reflection.enable_server_reflection(
+            (SERVICE_NAME, "grpc.health.v1.Health", reflection.SERVICE_NAME), self._server
+        )
+        address = f"{self.config.host}:{self.config.port}"
+        credentials = self.config.auth.credentials()
+        if credentials is None:
+            self.port = self._server.add_insecure_port(address)
+        else:
+            self.port = self._server.add_secure_port(address, credentials)
+        if self.port == 0:
+            raise OSError(f"could not bind the robot link to {address}")
+        await self._server.start()
+        await health.set(SERVICE_NAME, health_pb2.HealthCheckResponse.SERVING)
+        await health.set("", health_pb2.HealthCheckResponse.SERVING)
+        log.info("robot link listening on %s:%d", self.config.host, self.port)
+        return self.port
+
+    async def stop(self, grace: float | None = None) -> None:
+        """Stop serving. ``grace=None`` drops every stream at once, as a crash would."""
+        if self._server is not None:
+            await self._server.stop(grace)
+        for session in list(self.sessions.values()):
+            await session.close()
+
+    async def wait_for_robot(self, robot_id: str | None = None, timeout: float | None = None) -> RobotSession:
+        """The live session of ``robot_id`` (or of any robot), waiting until one registers."""
+
+        def find() -> RobotSession | None:
+            for session in self.sessions.values():
+                if session.state != "disconnected" and robot_id in (None, session.robot_id):
+                    return session
+            return None
+
+        async with self._session_added:
+            await asyncio.wait_for(self._session_added.wait_for(lambda: find() is not None), timeout)
+        session = find()
+        assert session is not None
+        return session
+
+    # -- session bookkeeping (called by the servicer) ----------------------------------------------
+    async def _open(self, register: pb.Register, spec) -> RobotSession:
+        old = self.sessions.get(register.robot_id)
+        if old is not None and old.state != "disconnected":
+            log.warning("robot %s reconnected: its old session is replaced", register.robot_id)
+            await old.close()
+        session = RobotSession(register, spec)
+        self.sessions[register.robot_id] = session
+        assembler = self.assemblers.get(register.robot_id)
+        if assembler is None or assembler.spec != spec:
+            self.assemblers[register.robot_id] = EpisodeAssembler(register.robot_id, spec, self.sink)
+        async with self._session_added:
+            self._session_added.notify_all()
+        if self.on_session is not None:
+            result = self.on_session(session)
+            if asyncio.iscoroutine(result):
+                task = asyncio.ensure_future(result)
+                self._tasks.add(task)
+                task.add_done_callback(self._tasks.discard)
+        return session
+
+
+class _Servicer(pb_grpc.RobotLinkServicer):
+    def __init__(self, server: LinkServer) -> None:
+        self.server = server
+
+    async def Session(self, request_iterator, context: grpc.aio.ServicerContext):  # noqa: N802 (the rpc's name)
+        server = self.server
+        metadata = dict(context.invocation_metadata() or ())
+        if not server.config.auth.token_ok(link_codec.token_from_metadata(metadata)):
+            server.refused += 1
+            log.warning("refused an agent from %s: wrong or missing token", context.peer())
+            await context.abort(
+                grpc.StatusCode.UNAUTHENTICATED,
+                "wrong or missing token: start the agent with --token-file holding this trainer's token",
+            )
+        try:
+            first = await asyncio.wait_for(anext(aiter(request_iterator)), REGISTER_TIMEOUT_S)
+        except (StopAsyncIteration, asyncio.TimeoutError):
+            await context.abort(grpc.StatusCode.INVALID_ARGUMENT, "the first message must be a registration")
+        if not first.HasField("register"):
+            server.refused += 1
+            await context.abort(grpc.StatusCode.INVALID_ARGUMENT, "the first message must be a registration")
+        register = first.register
+        if register.protocol_version != link_codec.PROTOCOL_VERSION:
+            server.refused += 1
+            await context.abort(
+                grpc.StatusCode.FAILED_PRECONDITION,
+                f"agent speaks protocol v{register.protocol_version}, trainer v{link_codec.PROTOCOL_VERSION}",
+            )
+        if not register.robot_id:
+            await context.abort(grpc.StatusCode.INVALID_ARGUMENT, "registration lacks a robot_id")
+        try:
+            spec = link_codec.spec_from_proto(register.spec)
+        except link_codec.LinkCodecError as exc:
+            server.refused += 1
+            await context.abort(grpc.StatusCode.INVALID_ARGUMENT, str(exc))
+        session = await server._open(register, spec)
+        log.info("robot %s (%s) registered: %s", register.robot_id, register.robot_kind, spec.name)
+        reader = asyncio.create_task(self._read(request_iterator, session))
+        try:
+            yield pb.TrainerMessage(
+                welcome=pb.Welcome(
+                    session_id=session.session_id,
+                    protocol_version=link_codec.PROTOCOL_VERSION,
+                    trainer_version=link_codec.AGENT_VERSION,
+                )
+            )
+            while True:
+                message = await session.outbox.get()
+                if message is None:
+                    break
+                yield message
+        finally:
+            reader.cancel()
+            if server.sessions.get(session.robot_id) is session:
+                await session.close()
+            log.info("robot %s disconnected", session.robot_id)
+
+    async def _read(self, request_iterator, session: RobotSession) -> None:
+        assembler = self.server.assemblers[session.robot_id]
+        try:
+            async for message in request_iterator:
+                if session.state == "disconnected":
+                    break
+                await self._dispatch(message, session, assembler)
+        except (grpc.aio.AioRpcError, asyncio.CancelledError):
+            pass
+        except Exception as exc:  # a malformed message ends this robot's session, never the server
+            log.warning("robot %s sent a bad message: %s", session.robot_id, exc)
+        finally:
+            await session.close()
+
+    async def _dispatch(
+        self, message: pb.AgentMessage, session: RobotSession, assembler: EpisodeAssembler
+    ) -> Any:
+        body = message.WhichOneof("body")
+        if body == "observation":
+            assembler.on_observation(message.observation)
+            await session.on_observation(message.observation)
+        elif body == "episode_event":
+            event = message.episode_event
+            if event.kind in (pb.EpisodeEvent.ENDED, pb.EpisodeEvent.ABORTED):
+                self._ack(session, assembler.on_end(event))
+            session.events.put_nowait(event)
+        elif body == "episode_upload":
+            ack = assembler.on_upload(message.episode_upload)
+            if ack is not None:
+                self._ack(session, ack)
+        elif body == "error":
+            session.stats.errors += 1
+            session.stats.last_error = f"{message.error.code}: {message.error.message}"
+            log.warning("robot %s: %s", session.robot_id, session.stats.last_error)
+        else:
+            raise ValueError(f"unexpected message {body!r} after registration")
+
+    @staticmethod
+    def _ack(session: RobotSession, ack: pb.Ack) -> None:
+        if ack.status == pb.Ack.STORED:
+            session.stats.episodes_stored += 1
+        if session.state != "disconnected":
+            session.send_raw(pb.TrainerMessage(ack=ack))
+
+
+class LinkServerThread:
+    """A :class:`LinkServer` on its own event loop thread; ``call`` runs a coroutine there (tests, benchmarks)."""
+
+    def __init__(self, server: LinkServer) -> None:
+        self.server = server
+        self.loop = asyncio.new_event_loop()
+        self._thread = threading.Thread(target=self.loop.run_forever, name="link-server", daemon=True)
+
+    def start(self) -> LinkServerThread:
+        self._thread.start()
+        self.call(self.server.start())
+        return self
+
+    def call(self, coro, timeout: float | None = 30.0):
+        return asyncio.run_coroutine_threadsafe(coro, self.loop).result(timeout)
+
+    def stop(self, grace: float | None = None) -> None:
+        if self._thread.is_alive():
+            self.call(self.server.stop(grace))
+            self.loop.call_soon_threadsafe(self.loop.stop)
+            self._thread.join(10)

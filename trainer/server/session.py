@@ -1,0 +1,113 @@
+"""One connected robot as the trainer sees it: its spec, its newest observation, and a way to talk to it."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+import uuid
+from collections import deque
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from protos import link_codec
+from protos import robot_link_pb2 as pb
+from protos.env_spec import EnvSpec
+
+STATES = ("streaming", "holding", "disconnected")
+
+
+class RobotUnavailable(ConnectionError):
+    """The robot's session closed (link dropped, agent stopped or replaced)."""
+
+
+@dataclass
+class SessionStats:
+    observations: int = 0
+    chunks_sent: int = 0
+    errors: int = 0
+    episodes_stored: int = 0
+    last_error: str = ""
+    arrival_s: deque = field(default_factory=lambda: deque(maxlen=64))  # server clock, for the rate
+    reply_ms: deque = field(default_factory=lambda: deque(maxlen=256))  # observation in -> chunk out
+
+    def rate_hz(self) -> float:
+        if len(self.arrival_s) < 2:
+            return 0.0
+        span = self.arrival_s[-1] - self.arrival_s[0]
+        return (len(self.arrival_s) - 1) / span if span > 0 else 0.0
+
+
+class RobotSession:
+    """Lives on the server's event loop. ``send_*`` queue messages; ``next_observation`` waits for one."""
+
+    def __init__(self, register: pb.Register, spec: EnvSpec) -> None:
+        self.robot_id = register.robot_id
+        self.robot_kind = register.robot_kind
+        self.capabilities = register.capabilities
+        self.spec = spec
+        self.session_id = uuid.uuid4().hex[:12]
+        self.state = "streaming"
+        self.stats = SessionStats()
+        self.outbox: asyncio.Queue[pb.TrainerMessage | None] = asyncio.Queue()
+        self.latest: pb.Observation | None = None
+        self.events: asyncio.Queue[pb.EpisodeEvent] = asyncio.Queue()
+        self._new_observation = asyncio.Condition()
+        self._received_at: dict[int, float] = {}
+
+    # -- incoming ------------------------------------------------------------------------------------
+    async def on_observation(self, obs: pb.Observation) -> None:
+        now = time.monotonic()
+        self.stats.observations += 1
+        self.stats.arrival_s.append(now)
+        self._received_at[obs.seq] = now
+        if len(self._received_at) > 512:
+            for seq in sorted(self._received_at)[:256]:
+                del self._received_at[seq]
+        self.state = "holding" if obs.holding else "streaming"
+        async with self._new_observation:
+            self.latest = obs
+            self._new_observation.notify_all()
+
+    async def next_observation(self, after_seq: int = -1, timeout: float | None = None) -> pb.Observation:
+        """The first observation with ``seq > after_seq``; raises :class:`RobotUnavailable` if the robot left."""
+
+        def ready() -> bool:
+            return self.state == "disconnected" or (self.latest is not None and self.latest.seq > after_seq)
+
+        async with self._new_observation:
+            await asyncio.wait_for(self._new_observation.wait_for(ready), timeout)
+            if self.state == "disconnected":
+                raise RobotUnavailable(f"robot {self.robot_id!r} disconnected")
+            assert self.latest is not None
+            return self.latest
+
+    async def close(self) -> None:
+        self.state = "disconnected"
+        self.outbox.put_nowait(None)
+        async with self._new_observation:
+            self._new_observation.notify_all()
+
+    # -- outgoing ------------------------------------------------------------------------------------
+    def send_actions(
+        self, actions: np.ndarray, obs_seq: int, max_age_ms: int = 0, policy_version: int = 0
+    ) -> None:
+        self._ensure_open()
+        received = self._received_at.get(obs_seq)
+        if received is not None:
+            self.stats.reply_ms.append((time.monotonic() - received) * 1000)
+        self.stats.chunks_sent += 1
+        chunk = link_codec.chunk_to_proto(actions, obs_seq, max_age_ms, policy_version)
+        self.outbox.put_nowait(pb.TrainerMessage(actions=chunk))
+
+    def send_command(self, kind: int, **fields) -> None:
+        self._ensure_open()
+        self.outbox.put_nowait(pb.TrainerMessage(command=pb.Command(kind=kind, **fields)))
+
+    def send_raw(self, message: pb.TrainerMessage) -> None:
+        self._ensure_open()
+        self.outbox.put_nowait(message)
+
+    def _ensure_open(self) -> None:
+        if self.state == "disconnected":
+            raise RobotUnavailable(f"robot {self.robot_id!r} disconnected")
