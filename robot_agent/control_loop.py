@@ -51,8 +51,8 @@ class LoopStats:
     late_ticks: int = 0
     episodes_ended: int = 0
     episodes_aborted: int = 0
-    hold_entered_mono: list[float] = field(default_factory=list)  # when the watchdog / link put it in hold
-    watchdog_deadlines: list[float] = field(default_factory=list)  # the deadline each trip answered
+    # Each entry into hold: (monotonic time, reason, the watchdog deadline in force at that moment).
+    holds_entered: list[tuple[float, str, float]] = field(default_factory=list)
 
 
 @dataclass
@@ -161,7 +161,7 @@ class ControlLoop:
                 log.error("driver error: %s; holding", exc)
                 self._send_error("driver_error", str(exc))
                 self._end_episode(pb.EpisodeEvent.ABORTED, f"driver error: {exc}")
-                self._enter_hold(time.monotonic())
+                self._enter_hold("driver error")
             self.stats.ticks += 1
             with self._seq_lock:
                 self._seq += 1
@@ -182,7 +182,7 @@ class ControlLoop:
         if not self._link_up.is_set() and self._episode is not None:
             self._end_episode(pb.EpisodeEvent.ABORTED, "link lost")
         if not self._link_up.is_set():
-            self._enter_hold(time.monotonic())
+            self._enter_hold("link down")
         observation = self._observe()
         episode = self._episode
         if episode is not None and episode.ending is not None:
@@ -202,12 +202,14 @@ class ControlLoop:
                 self.driver.hold()
             self.stats.holds += 1
             if episode is not None and self.watchdog.expired():
-                self._enter_hold(time.monotonic(), self.watchdog.deadline())
+                self._enter_hold("watchdog")
             return
         self._execute(action, observation, episode)
 
     def _execute(self, action: np.ndarray, observation: pb.Observation, episode: _Episode) -> None:
-        safe, events = self.safety.limit(action, np.asarray(observation.state), self._last_executed)
+        safe, events = self.safety.limit(
+            action, np.asarray(observation.state), self._last_executed, self.driver.tcp_targets()
+        )
         if episode.pending is not None:
             self.spool.append(episode.episode_id, episode.pending)
             episode.pending = None
@@ -279,7 +281,7 @@ class ControlLoop:
             self._end_episode(pb.EpisodeEvent.ENDED, "stopped by the trainer")
         elif kind == pb.Command.HOLD:
             self.queue.clear()
-            self._enter_hold(time.monotonic())
+            self._enter_hold("hold command")
         elif kind == pb.Command.SET_MODE:
             self.mode = command.mode
         elif kind == pb.Command.SHUTDOWN:
@@ -312,15 +314,25 @@ class ControlLoop:
         )
 
     def _end_episode(self, kind: int, reason: str) -> None:
-        episode, self._episode = self._episode, None
+        episode = self._episode
         if episode is None:
             return
-        if episode.pending is not None:
+        num_steps = episode.step
+        if episode.pending is None or episode.pending.step != episode.step:
+            # The last action ran after the newest observation: observe its outcome now, as its own tick.
+            try:
+                self._observe()
+                with self._seq_lock:
+                    self._seq += 1
+            except DriverError:
+                num_steps -= 1  # the outcome of the last action is unknown: drop that transition
+        self._episode = None
+        if episode.pending is not None and episode.pending.step == num_steps:
             self.spool.append(episode.episode_id, episode.pending)
         end = pb.EpisodeEvent(
             kind=kind,
             episode_id=episode.episode_id,
-            num_steps=episode.step,
+            num_steps=max(num_steps, 0),
             success=episode.success,
             reason=reason,
         )
@@ -331,20 +343,19 @@ class ControlLoop:
             self.stats.episodes_ended += 1
         self._send(pb.AgentMessage(episode_event=end))
 
-    def _enter_hold(self, now: float, deadline: float | None = None) -> None:
+    def _enter_hold(self, reason: str) -> None:
         if self.holding:
             return
         self.holding = True
-        self.stats.hold_entered_mono.append(now)
-        self.stats.watchdog_deadlines.append(deadline if deadline is not None else now)
-        log.warning("holding the robot (%s)", "watchdog" if deadline is not None else "link/command")
+        self.stats.holds_entered.append((time.monotonic(), reason, self.watchdog.deadline()))
+        log.warning("holding the robot (%s)", reason)
 
     def _estop(self) -> None:
         if not self.estopped:
             self.estopped = True
             self.queue.clear()
             log.critical("E-STOP: actions are refused until the agent is restarted")
-            self._enter_hold(time.monotonic())
+            self._enter_hold("e-stop")
 
     def _reject(self, code: str, message: str) -> str:
         self.stats.chunks_rejected += 1

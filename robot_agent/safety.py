@@ -86,13 +86,22 @@ class SafetyFilter:
         return chunk[None] if chunk.ndim == 1 else chunk
 
     def limit(
-        self, action: np.ndarray, state: np.ndarray, last_action: np.ndarray | None
+        self,
+        action: np.ndarray,
+        state: np.ndarray,
+        last_action: np.ndarray | None,
+        targets: tuple[np.ndarray, ...] | None = None,
     ) -> tuple[np.ndarray, list[str]]:
-        """Limit one valid action given the measured state; returns the safe action and what was clipped."""
+        """Limit one valid action; returns the safe action and what was clipped.
+
+        Deltas move each arm's commanded TCP target (``targets``, one per arm, from the driver) when
+        known, else the measured TCP from ``state``. The box bounds the resulting target.
+        """
         safe = np.array(action, dtype=np.float64)
         events: list[str] = []
-        for arm, translation, rotation, gripper, tcp_slice in self._arms:
-            tcp = np.asarray(state[tcp_slice], dtype=np.float64)
+        for i, (arm, translation, rotation, gripper, tcp_slice) in enumerate(self._arms):
+            reference = targets[i] if targets is not None else state[tcp_slice]
+            tcp = np.asarray(reference, dtype=np.float64)
             delta = safe[translation] * arm.max_translation_m
             norm = float(np.linalg.norm(delta))
             if norm > self.config.max_translation_m:

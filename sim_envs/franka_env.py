@@ -259,6 +259,20 @@ class FrankaEnv(gym.Env):
         self._renderer = self._display_renderer = None
 
     # -- control -------------------------------------------------------------------------------
+    def commanded_tcp_position(self) -> np.ndarray:
+        """Where the Cartesian controller is pulling the TCP (the base that action deltas move)."""
+        if self.cfg.action_mode != EE_DELTA_POSE_GRIPPER:
+            raise ValueError("commanded_tcp_position needs the end-effector action mode")
+        return np.array(self._command.arm_target)
+
+    def hold_current_pose(self) -> None:
+        """Retarget the arm to where it is now (keeping the gripper command): a stop, as on a real arm."""
+        if self.cfg.action_mode == EE_DELTA_POSE_GRIPPER:
+            self._command = ArmCommand(self.scene.tcp_pos, self.scene.tcp_quat, self._command.gripper_width)
+        else:
+            self._command = ArmCommand(self.scene.arm_qpos.copy(), None, self._command.gripper_width)
+        self._apply_command(self._command)
+
     def _reset_command(self) -> None:
         open_width = panda_model.FINGER_TRAVEL
         if self.cfg.action_mode == EE_DELTA_POSE_GRIPPER:

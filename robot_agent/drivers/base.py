@@ -67,6 +67,10 @@ class RobotDriver(ABC):
     def hold(self) -> None:
         """Keep the current pose (and gripper) for one control period."""
 
+    def tcp_targets(self) -> tuple[np.ndarray, ...] | None:
+        """Each arm's commanded TCP position (what the next delta moves), or None to use the measured TCP."""
+        return None
+
     def estop(self) -> None:
         """Stop as fast as the robot allows. The default holds; real drivers stop the controller."""
         self.hold()

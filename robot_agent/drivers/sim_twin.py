@@ -69,6 +69,7 @@ class SimTwinDriver(RobotDriver):
         self._hold_action = np.zeros(self.spec.action.dim, dtype=np.float32)
         self._obs: dict | None = None
         self._stamp = 0
+        self._holding = False
         # No rendering here: GL contexts belong to the thread that first renders (the control loop's).
 
     def reset(self, seed: int | None = None) -> None:
@@ -86,6 +87,7 @@ class SimTwinDriver(RobotDriver):
 
     def apply(self, action: np.ndarray) -> StepOutcome:
         self._obs, reward, terminated, _, info = self.env.step(action)
+        self._holding = False
         self._stamp = time.monotonic_ns()
         self._hold_action[-1] = action[-1]
         if info.get("physics_unstable"):
@@ -93,8 +95,14 @@ class SimTwinDriver(RobotDriver):
         return StepOutcome(float(reward), bool(terminated), False, bool(info.get("success", False)))
 
     def hold(self) -> None:
-        self._obs, *_ = self.env.step(self._hold_action)  # zero deltas: the target pose stays put
+        if not self._holding:
+            self.env.hold_current_pose()  # stop where the arm is, not where the last target led
+            self._holding = True
+        self._obs, *_ = self.env.step(self._hold_action)  # zero deltas: the target stays put
         self._stamp = time.monotonic_ns()
+
+    def tcp_targets(self) -> tuple[np.ndarray, ...]:
+        return (self.env.commanded_tcp_position(),)
 
     def close(self) -> None:
         self.env.close()

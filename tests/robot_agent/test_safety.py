@@ -115,3 +115,12 @@ def test_watchdog_trips_at_its_deadline():
     assert dog.expired()
     dog.feed()
     assert not dog.expired() and dog.deadline() == pytest.approx(100.4)
+
+
+def test_the_box_bounds_the_commanded_target_not_just_the_measured_tcp():
+    # The controller's target already leads the (lagging) TCP by 4 cm: the box must bound the target.
+    safety = make_filter(workspace_high=(0.85, 0.45, 0.30), max_translation_m=0.05)
+    action = np.array([0, 0, 1.0, 0, 0, 0, 1], np.float32)
+    safe, events = safety.limit(action, state_at([0.5, 0, 0.24]), None, targets=(np.array([0.5, 0, 0.28]),))
+    assert 0.28 + safe[2] * SCALE.max_translation_m == pytest.approx(0.30, abs=1e-6)
+    assert "clipped:workspace" in events
