@@ -1,0 +1,94 @@
+"""``rlinf-robot connect`` as a real process: bad input is one line; a good one serves and stops cleanly."""
+
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from protos import robot_link_pb2 as pb
+from tests.integration.link_harness import start_server, wait_until
+
+ROOT = Path(__file__).resolve().parents[2]
+EXE = str(Path(sys.executable).with_name("rlinf-robot"))
+
+
+def run(*args, timeout=60):
+    return subprocess.run([EXE, *args], cwd=ROOT, capture_output=True, text=True, timeout=timeout)
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["--robot", "sim-twin"], "needs TLS"),
+        (["--robot", "ur5", "--insecure"], "unknown robot kind 'ur5'"),
+        (["--robot", "sim-twin", "--tls-ca", "/nope.pem"], "--tls-ca /nope.pem does not exist"),
+        (["--robot", "sim-twin", "--insecure", "--token-file", "/nope"], "--token-file /nope does not exist"),
+    ],
+)
+def test_bad_input_is_a_one_line_error(args, message):
+    result = run("connect", "--server", "127.0.0.1:1", *args)
+    assert result.returncode == 2
+    assert message in result.stderr
+    assert "Traceback" not in result.stderr
+
+
+def test_bad_robot_config_names_the_key(tmp_path):
+    config = tmp_path / "robot.json"
+    config.write_text('{"driver": {"task": "reach", "colour": "red"}}')
+    result = run(
+        "connect",
+        "--server",
+        "127.0.0.1:1",
+        "--robot",
+        "sim-twin",
+        "--insecure",
+        "--robot-config",
+        str(config),
+    )
+    assert result.returncode == 2 and "unknown key 'colour' in sim-twin config" in result.stderr
+    config.write_text("[safety]\nmax_translation_m = -1\n")
+    config = config.rename(tmp_path / "robot.toml")
+    result = run(
+        "connect",
+        "--server",
+        "127.0.0.1:1",
+        "--robot",
+        "sim-twin",
+        "--insecure",
+        "--robot-config",
+        str(config),
+    )
+    assert result.returncode == 2 and "max_translation_m must be > 0" in result.stderr
+
+
+@pytest.mark.slow
+def test_connect_registers_runs_and_stops_on_sigterm(tmp_path):
+    server = start_server()
+    config = tmp_path / "robot.toml"
+    config.write_text(
+        '[driver]\ntask = "reach"\ncontrol_hz = 20.0\nimage_size = 32\n\n[agent]\nrobot_id = "cli-twin"\n'
+    )
+    proc = subprocess.Popen(
+        [EXE, "connect", "--server", f"127.0.0.1:{server.server.port}", "--robot", "sim-twin", "--insecure",
+         "--robot-config", str(config), "--spool-dir", str(tmp_path / "spool")],
+        cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    try:
+        session = server.call(server.server.wait_for_robot("cli-twin", timeout=60))
+        assert session.robot_kind == "sim-twin" and session.spec.camera("front").height == 32
+        server.loop.call_soon_threadsafe(lambda: session.send_command(pb.Command.START_EPISODE, seed=1))
+        wait_until(lambda: session.latest is not None and session.latest.episode_id != "", what="an episode")
+        time.sleep(0.3)
+        proc.send_signal(signal.SIGTERM)  # mid-episode: the agent stops and keeps the episode spooled
+        _, stderr = proc.communicate(timeout=30)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+        server.stop()
+    assert proc.returncode == 0, stderr
+    assert "WARNING: --insecure" in stderr
+    assert "1 episode(s) wait in" in stderr
+    assert len(list((tmp_path / "spool" / "cli-twin").glob("*/end.bin"))) == 1
