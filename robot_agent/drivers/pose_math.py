@@ -1,0 +1,53 @@
+"""Small rigid-transform helpers in numpy (the robot PC has no scipy)."""
+
+from __future__ import annotations
+
+import numpy as np
+
+
+def rotvec_to_matrix(rotvec: np.ndarray) -> np.ndarray:
+    """Rodrigues: axis-angle vector -> 3x3 rotation matrix."""
+    angle = float(np.linalg.norm(rotvec))
+    if angle < 1e-12:
+        return np.eye(3)
+    k = np.asarray(rotvec, dtype=np.float64) / angle
+    skew = np.array([[0, -k[2], k[1]], [k[2], 0, -k[0]], [-k[1], k[0], 0]])
+    return np.eye(3) + np.sin(angle) * skew + (1 - np.cos(angle)) * skew @ skew
+
+
+def matrix_to_rotvec(rotation: np.ndarray) -> np.ndarray:
+    """3x3 rotation matrix -> axis-angle vector (angle in [0, pi])."""
+    cos = np.clip((np.trace(rotation) - 1.0) / 2.0, -1.0, 1.0)
+    angle = float(np.arccos(cos))
+    if angle < 1e-9:
+        return np.zeros(3)
+    if np.pi - angle < 1e-6:  # near pi the antisymmetric part vanishes: take the axis from R + I
+        column = np.argmax(np.diag(rotation))
+        axis = (rotation[:, column] + np.eye(3)[:, column]) / np.sqrt(2.0 * (1.0 + rotation[column, column]))
+        return axis * angle
+    axis = np.array(
+        [rotation[2, 1] - rotation[1, 2], rotation[0, 2] - rotation[2, 0], rotation[1, 0] - rotation[0, 1]]
+    ) / (2.0 * np.sin(angle))
+    return axis * angle
+
+
+def matrix_to_quat(rotation: np.ndarray) -> np.ndarray:
+    """3x3 rotation matrix -> unit quaternion (w, x, y, z) with w >= 0, as MuJoCo reports it."""
+    rotvec = matrix_to_rotvec(rotation)
+    angle = float(np.linalg.norm(rotvec))
+    if angle < 1e-12:
+        return np.array([1.0, 0.0, 0.0, 0.0])
+    quat = np.concatenate([[np.cos(angle / 2)], np.sin(angle / 2) * rotvec / angle])
+    return quat if quat[0] >= 0 else -quat
+
+
+def pose_from_column_major(values) -> tuple[np.ndarray, np.ndarray]:
+    """libfranka's ``O_T_EE`` (16 values, column-major 4x4) -> (position, rotation)."""
+    matrix = np.asarray(values, dtype=np.float64).reshape(4, 4).T
+    return matrix[:3, 3].copy(), matrix[:3, :3].copy()
+
+
+def pose_to_column_major(position: np.ndarray, rotation: np.ndarray) -> list[float]:
+    matrix = np.eye(4)
+    matrix[:3, :3], matrix[:3, 3] = rotation, position
+    return matrix.T.reshape(-1).tolist()
