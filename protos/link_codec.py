@@ -125,7 +125,9 @@ def decode_frame(
         if (h, w) != (height, width):
             raise LinkCodecError(f"camera {frame.camera!r}: JPEG is {h}x{w}, declared {height}x{width}")
         try:
-            return simplejpeg.decode_jpeg(frame.data, colorspace="RGB", buffer=out)
+            return simplejpeg.decode_jpeg(
+                frame.data, colorspace="RGB", fastdct=True, fastupsample=True, buffer=out
+            )
         except (ValueError, RuntimeError) as exc:
             raise LinkCodecError(f"camera {frame.camera!r}: corrupt JPEG ({exc})") from None
     raise LinkCodecError(f"camera {frame.camera!r}: unknown codec {frame.codec}")

@@ -46,11 +46,15 @@ class LoopStats:
     ticks: int = 0
     actions_executed: int = 0
     holds: int = 0
+    missed_ticks: int = 0  # ticks inside an episode that had no valid action (the robot held)
     chunks_accepted: int = 0
     chunks_rejected: int = 0
     late_ticks: int = 0
     episodes_ended: int = 0
     episodes_aborted: int = 0
+    # Observation sent -> its chunk accepted, on the agent clock (encode + link + trainer + link).
+    round_trip_ms: collections.deque = field(default_factory=lambda: collections.deque(maxlen=100_000))
+    encode_ms: collections.deque = field(default_factory=lambda: collections.deque(maxlen=100_000))
     # Each entry into hold: (monotonic time, reason, the watchdog deadline in force at that moment).
     holds_entered: list[tuple[float, str, float]] = field(default_factory=list)
 
@@ -125,6 +129,7 @@ class ControlLoop:
         except StaleChunk as exc:
             return self._reject("stale_action", str(exc))
         self.stats.chunks_accepted += 1
+        self.stats.round_trip_ms.append(age_ms)
         return None
 
     def post_command(self, command: pb.Command) -> None:
@@ -201,6 +206,8 @@ class ControlLoop:
             if not self.estopped:
                 self.driver.hold()
             self.stats.holds += 1
+            if episode is not None:
+                self.stats.missed_ticks += 1
             if episode is not None and self.watchdog.expired():
                 self._enter_hold("watchdog")
             return
@@ -237,6 +244,7 @@ class ControlLoop:
         reading = self.driver.observe()
         mono, wall = link_codec.now_ns()
         frames = self._encode(reading.images, reading.capture_ns)
+        self.stats.encode_ms.append((time.monotonic_ns() - mono) / 1e6)
         episode = self._episode
         msg = pb.Observation(
             seq=self._seq,

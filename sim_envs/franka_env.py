@@ -146,7 +146,11 @@ class FrankaEnv(gym.Env):
         self.task = make_task(self.cfg.task)
         arm_control = "cartesian" if self.cfg.action_mode == EE_DELTA_POSE_GRIPPER else JOINT_POSITION
         scene_cfg = SceneConfig(
-            with_cube=self.task.with_cube, physics_dt=self.cfg.physics_dt, arm_control=arm_control
+            with_cube=self.task.with_cube,
+            physics_dt=self.cfg.physics_dt,
+            arm_control=arm_control,
+            offscreen_width=max(256, self.cfg.image_width, self.cfg.render_size),
+            offscreen_height=max(256, self.cfg.image_height, self.cfg.render_size),
         )
         self.model = mujoco.MjModel.from_xml_string(build_scene_xml(scene_cfg))
         self.data = mujoco.MjData(self.model)

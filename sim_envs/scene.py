@@ -23,6 +23,8 @@ class SceneConfig:
     physics_dt: float = 0.005
     arm_control: str = "cartesian"  # or "joint_position"
     front_fovy: float = 55.0
+    offscreen_width: int = 256  # the largest image any camera (or the display view) renders
+    offscreen_height: int = 256
 
 
 def build_scene_xml(cfg: SceneConfig) -> str:
@@ -45,7 +47,7 @@ def build_scene_xml(cfg: SceneConfig) -> str:
   <option timestep="{cfg.physics_dt}" integrator="implicitfast" cone="elliptic" impratio="10"/>
   <visual>
     <quality shadowsize="0" offsamples="0"/>
-    <global offwidth="256" offheight="256"/>
+    <global offwidth="{cfg.offscreen_width}" offheight="{cfg.offscreen_height}"/>
     <headlight ambient="0.35 0.35 0.35" diffuse="0.4 0.4 0.4" specular="0.1 0.1 0.1"/>
   </visual>
   <asset>

@@ -35,8 +35,8 @@ def test_pose_math_round_trips():
     np.testing.assert_allclose(matrix_to_quat(rotvec_to_matrix([np.pi, 0, 0])), [0, 1, 0, 0], atol=1e-9)
 
 
-def test_setpoint_filter_limits_speed_and_acceleration_and_converges():
-    cfg = FrankaConfig(max_speed_mps=0.2, max_accel_mps2=2.0)
+def test_setpoint_filter_limits_speed_acceleration_and_jerk_and_converges():
+    cfg = FrankaConfig(max_speed_mps=0.2, max_accel_mps2=1.0, max_jerk_mps3=100.0)
     start = np.array([0.3, 0.0, 0.5])
     filt = SetpointFilter(cfg, start, np.eye(3))
     target = start + np.array([0.1, 0.0, 0.0])
@@ -45,10 +45,12 @@ def test_setpoint_filter_limits_speed_and_acceleration_and_converges():
         filt.step(dt, target, rotvec_to_matrix([0, 0, 0.3]))
         positions.append(filt.position.copy())
     velocity = np.diff(positions, axis=0) / dt
-    speed = np.linalg.norm(velocity, axis=1)
-    accel = np.linalg.norm(np.diff(velocity, axis=0), axis=1) / dt
-    assert speed.max() <= 0.2 + 1e-9
-    assert accel.max() <= 2.0 + 1e-6
+    acceleration = np.diff(velocity, axis=0) / dt
+    jerk = np.linalg.norm(np.diff(acceleration, axis=0), axis=1) / dt
+    assert np.linalg.norm(velocity, axis=1).max() <= 0.2 * 1.05
+    assert np.linalg.norm(acceleration, axis=1).max() <= 1.0 + 1e-6
+    assert jerk.max() <= 100.0 + 1e-3
+    assert max(p[0] for p in positions) < target[0] + 0.005  # no big overshoot
     np.testing.assert_allclose(filt.position, target, atol=1e-4)
     np.testing.assert_allclose(matrix_to_rotvec(filt.rotation), [0, 0, 0.3], atol=1e-4)
 

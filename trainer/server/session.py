@@ -30,6 +30,7 @@ class SessionStats:
     last_error: str = ""
     arrival_s: deque = field(default_factory=lambda: deque(maxlen=64))  # server clock, for the rate
     reply_ms: deque = field(default_factory=lambda: deque(maxlen=256))  # observation in -> chunk out
+    reply_ms_all: deque = field(default_factory=lambda: deque(maxlen=100_000))
 
     def rate_hz(self) -> float:
         if len(self.arrival_s) < 2:
@@ -95,7 +96,9 @@ class RobotSession:
         self._ensure_open()
         received = self._received_at.get(obs_seq)
         if received is not None:
-            self.stats.reply_ms.append((time.monotonic() - received) * 1000)
+            reply_ms = (time.monotonic() - received) * 1000
+            self.stats.reply_ms.append(reply_ms)
+            self.stats.reply_ms_all.append(reply_ms)
         self.stats.chunks_sent += 1
         chunk = link_codec.chunk_to_proto(actions, obs_seq, max_age_ms, policy_version)
         self.outbox.put_nowait(pb.TrainerMessage(actions=chunk))
