@@ -96,6 +96,7 @@ class ControlLoop:
         self._last_executed: np.ndarray | None = None
         self._encoder = ThreadPoolExecutor(max(1, len(self.spec.cameras)), thread_name_prefix="jpeg")
         self._thread: threading.Thread | None = None
+        self._driver_error: str | None = None
 
     # -- called from the link thread ---------------------------------------------------------------
     def accept_chunk(self, msg: pb.ActionChunk) -> str | None:
@@ -162,9 +163,12 @@ class ControlLoop:
             tick_start = time.monotonic()
             try:
                 self._tick(tick_start)
+                self._driver_error = None
             except DriverError as exc:
-                log.error("driver error: %s; holding", exc)
-                self._send_error("driver_error", str(exc))
+                if str(exc) != self._driver_error:  # report each distinct failure once, not every tick
+                    self._driver_error = str(exc)
+                    log.error("driver error: %s; holding", exc)
+                    self._send_error("driver_error", str(exc))
                 self._end_episode(pb.EpisodeEvent.ABORTED, f"driver error: {exc}")
                 self._enter_hold("driver error")
             self.stats.ticks += 1

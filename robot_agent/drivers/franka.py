@@ -210,7 +210,7 @@ class FrankaDriver(RobotDriver):
 
     # -- connection ----------------------------------------------------------------------------------
     def connect(self) -> None:
-        """Connect to the arm, gripper and cameras; start the realtime and gripper threads."""
+        """Connect to the arm, gripper and cameras. Motion control starts with the first action."""
         if self._robot is not None:
             return
         plf = self._plf = self._plf or import_pylibfranka()
@@ -222,9 +222,20 @@ class FrankaDriver(RobotDriver):
             raise DriverError(f"cannot connect to the Franka at {self.config.host}: {exc}") from None
         for camera in self.cameras:
             camera.start()
-        self._start_cartesian()
+        self._read_idle_state()
         self._gripper_thread = threading.Thread(target=self._gripper_loop, name="franka-gripper", daemon=True)
         self._gripper_thread.start()
+
+    def _read_idle_state(self) -> None:
+        """Read the state outside a motion (``read_once`` is only allowed when no control runs)."""
+        try:
+            state = self._robot.read_once()
+        except Exception as exc:
+            raise DriverError(f"cannot read the Franka's state: {exc}") from None
+        self._publish(state, *pose_from_column_major(state.O_T_EE))
+
+    def _moving(self) -> bool:
+        return self._rt_thread is not None and self._rt_thread.is_alive()
 
     def _start_cartesian(self) -> None:
         self._rt_stop.clear()
@@ -308,17 +319,19 @@ class FrankaDriver(RobotDriver):
 
     # -- driver interface ------------------------------------------------------------------------------------
     def reset(self, seed: int | None = None) -> None:
-        """Home the arm (a smooth joint motion), open the gripper, and resume Cartesian control."""
+        """Clear any reflex, home the arm (a smooth joint motion) and open the gripper."""
         del seed  # a real scene cannot be reseeded
-        self._check()
+        self._ensure_connected()
         self._stop_cartesian()
+        if self._rt_error is not None:
+            self.recover()
         try:
             self._move_joints(np.asarray(self.config.home_joints))
         except Exception as exc:
             raise DriverError(f"homing failed: {exc}") from None
+        self._read_idle_state()
         self._gripper_wanted = self.config.gripper_max_width_m
         self._gripper_wake.set()
-        self._start_cartesian()
         self._holding = False
 
     def _move_joints(self, goal: np.ndarray) -> None:
@@ -341,7 +354,9 @@ class FrankaDriver(RobotDriver):
             control.writeOnce(command)
 
     def observe(self) -> DriverObservation:
-        self._check()
+        self._ensure_connected()
+        if not self._moving():
+            self._read_idle_state()
         with self._lock:
             state = self._state
         vector = np.concatenate(
@@ -357,7 +372,11 @@ class FrankaDriver(RobotDriver):
         return DriverObservation(vector, images, stamps)
 
     def apply(self, action: np.ndarray) -> StepOutcome:
-        self._check()
+        self._ensure_connected()
+        if self._rt_error is not None:
+            raise DriverError(f"the Franka stopped: {self._rt_error}; the next episode reset recovers it")
+        if not self._moving():
+            self._start_cartesian()  # from the current pose: the first target is where the arm is
         cfg = self.config
         with self._lock:
             measured = self._state.position
@@ -374,8 +393,8 @@ class FrankaDriver(RobotDriver):
         return StepOutcome()
 
     def hold(self) -> None:
-        if self._robot is None or self._stopped:
-            return
+        if not self._moving() or self._stopped:
+            return  # idle: the robot holds its pose by itself
         if not self._holding:
             with self._lock:
                 self._target_position = self._state.position.copy()
@@ -397,13 +416,13 @@ class FrankaDriver(RobotDriver):
                 log.error("robot.stop() failed: %s", exc)
 
     def recover(self) -> None:
-        """After a reflex (e.g. a collision), clear the error and resume Cartesian control."""
+        """After a reflex (e.g. a collision), clear the error; motion resumes with the next action."""
+        self._stop_cartesian()
         try:
             self._robot.automatic_error_recovery()
         except Exception as exc:
             raise DriverError(f"automatic error recovery failed: {exc}") from None
-        self._stop_cartesian()
-        self._start_cartesian()
+        self._rt_error = None
 
     def close(self) -> None:
         self._closing.set()
@@ -415,14 +434,11 @@ class FrankaDriver(RobotDriver):
             camera.stop()
         self._robot, self._gripper = None, None
 
-    def _check(self) -> None:
+    def _ensure_connected(self) -> None:
         if self._stopped:
             raise DriverError("the arm is e-stopped; restart the agent")
         if self._robot is None:
             self.connect()
-        if self._rt_error is not None:
-            raise DriverError(f"the Franka stopped: {self._rt_error}; call recover() or restart the agent")
-
 
 def commanded_open_threshold(config: FrankaConfig) -> float:
     """Requests narrower than this close the gripper with force (grasp); wider ones move it open."""

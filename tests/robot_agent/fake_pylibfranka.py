@@ -86,6 +86,9 @@ class FakeRobot:
     def __init__(self, arm: FakeArm, host: str, realtime) -> None:
         self.arm, self.host = arm, host
 
+    def read_once(self):
+        return SimpleNamespace(O_T_EE=self.arm.pose.tolist(), q=self.arm.q.tolist(), dq=[0.0] * 7)
+
     def set_cartesian_impedance(self, stiffness) -> None:
         self.arm.impedance = list(stiffness)
 

@@ -109,14 +109,17 @@ def test_reset_homes_smoothly_then_resumes_cartesian_control(arm_and_driver):
     wait_until(lambda: pose_from_column_major(arm.pose)[0][2] > 0.49, timeout=5, what="motion after homing")
 
 
-def test_a_reflex_error_surfaces_as_a_driver_error_and_recover_resumes(arm_and_driver):
+def test_a_reflex_error_surfaces_and_the_next_reset_recovers(arm_and_driver):
     arm, _, driver = arm_and_driver
     driver.observe()
+    assert not arm.cartesian_commands  # no motion is started just by looking
+    driver.apply(np.zeros(7, np.float32))
     arm.fail_next_read = "cartesian_reflex: collision"
     wait_until(lambda: driver._rt_error is not None, timeout=5, what="the reflex")
     with pytest.raises(DriverError, match="collision"):
         driver.apply(np.zeros(7, np.float32))
-    driver.recover()
+    assert driver.observe().state.shape == (22,)  # the state is still readable, for the trainer
+    driver.reset()
     assert arm.recovered == 1
     driver.apply(np.array([0, 0.5, 0, 0, 0, 0, 1], np.float32))
     wait_until(lambda: pose_from_column_major(arm.pose)[0][1] > 0.01, timeout=5, what="motion after recovery")
