@@ -29,7 +29,9 @@ sys.path.insert(0, str(ROOT))
 
 from trainer.server.link_server import LinkServer, LinkServerConfig, LinkServerThread  # noqa: E402
 
-IMPORT_AGENT = "import robot_agent.agent, robot_agent.cli, robot_agent.link, protos.link_codec, grpc, simplejpeg"
+IMPORT_AGENT = (
+    "import robot_agent.agent, robot_agent.cli, robot_agent.link, protos.link_codec, grpc, simplejpeg"
+)
 
 
 def make_venv(path: Path, extras: str) -> Path:
@@ -48,7 +50,10 @@ def site_packages_mb(python: Path) -> float:
     ).stdout.strip()
     total = 0
     for folder, _, files in os.walk(site):
-        if any(part.startswith(("pip", "setuptools", "_distutils_hack")) for part in Path(folder).relative_to(site).parts[:1]):
+        if any(
+            part.startswith(("pip", "setuptools", "_distutils_hack"))
+            for part in Path(folder).relative_to(site).parts[:1]
+        ):
             continue
         total += sum((Path(folder) / f).stat().st_size for f in files if not (Path(folder) / f).is_symlink())
     return total / 2**20
@@ -81,7 +86,9 @@ def connect_run(python: Path, robot: str, config: dict, server: LinkServerThread
         stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
     )  # fmt: skip
     try:
-        session = server.call(server.server.wait_for_robot(config["agent"]["robot_id"], timeout=120), timeout=130)
+        session = server.call(
+            server.server.wait_for_robot(config["agent"]["robot_id"], timeout=120), timeout=130
+        )
         registered_s = time.monotonic() - start
         first = server.call(session.next_observation(timeout=60), timeout=70)
         streaming_s = time.monotonic() - start
@@ -104,14 +111,21 @@ def connect_run(python: Path, robot: str, config: dict, server: LinkServerThread
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("--workdir", type=Path, default=Path(tempfile.gettempdir()) / "rlinf-footprint")
     parser.add_argument("--franka-host", default=None, help="also measure --robot franka against this host")
-    parser.add_argument("--out", type=Path, default=Path(__file__).parent / "results" / "agent_footprint.json")
+    parser.add_argument(
+        "--out", type=Path, default=Path(__file__).parent / "results" / "agent_footprint.json"
+    )
     args = parser.parse_args()
     args.workdir.mkdir(parents=True, exist_ok=True)
 
-    result: dict = {"benchmark": "agent_footprint", "targets": {"installed_mb": 150, "rss_mb": 150, "startup_s": 2}}
+    result: dict = {
+        "benchmark": "agent_footprint",
+        "targets": {"installed_mb": 150, "rss_mb": 150, "startup_s": 2},
+    }
     robot_python = make_venv(args.workdir / "robot", "robot")
     result["robot_only"] = {"installed_mb": site_packages_mb(robot_python), **import_rss(robot_python)}
     print(
@@ -122,7 +136,10 @@ def main() -> None:
     try:
         sim_python = make_venv(args.workdir / "robot-sim", "robot,sim")
         result["robot_sim_installed_mb"] = site_packages_mb(sim_python)
-        twin = {"driver": {"task": "reach", "control_hz": 20.0, "image_size": 128}, "agent": {"robot_id": "fp-twin"}}
+        twin = {
+            "driver": {"task": "reach", "control_hz": 20.0, "image_size": 128},
+            "agent": {"robot_id": "fp-twin"},
+        }
         result["sim_twin"] = connect_run(sim_python, "sim-twin", twin, server, args.workdir)
         run = result["sim_twin"]
         print(
@@ -132,7 +149,10 @@ def main() -> None:
         if args.franka_host:
             franka_python = make_venv(args.workdir / "robot-franka", "robot,franka")
             result["robot_franka_installed_mb"] = site_packages_mb(franka_python)
-            franka = {"driver": {"host": args.franka_host, "control_hz": 20.0}, "agent": {"robot_id": "fp-franka"}}
+            franka = {
+                "driver": {"host": args.franka_host, "control_hz": 20.0},
+                "agent": {"robot_id": "fp-franka"},
+            }
             result["franka"] = connect_run(franka_python, "franka", franka, server, args.workdir)
             run = result["franka"]
             print(

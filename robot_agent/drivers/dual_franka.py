@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass, field
-from typing import Any
 
 import numpy as np
 
@@ -54,11 +53,14 @@ class DualFrankaDriver(RobotDriver):
     kind = "dual-franka"
 
     def __init__(
-        self, config: DualFrankaConfig | None = None, plf: Any = None, camera_seams: dict | None = None
+        self,
+        config: DualFrankaConfig | None = None,
+        plf_module: str = "pylibfranka",
+        camera_seams: dict | None = None,
     ) -> None:
         self.config = cfg = config or DualFrankaConfig()
         self.arm_drivers = [
-            FrankaDriver(dataclasses.replace(getattr(cfg, name), control_hz=cfg.control_hz), plf=plf)
+            FrankaDriver(dataclasses.replace(getattr(cfg, name), control_hz=cfg.control_hz), plf_module)
             for name in ARMS
         ]
         single = self.arm_drivers[0].spec

@@ -1,23 +1,26 @@
 """Franka (Panda / FR3) driver over pylibfranka: Cartesian impedance, the Franka gripper, cameras.
 
-Threads:
-- a 1 kHz thread owns the realtime control handle. It reads the robot state and moves a smooth
-  setpoint toward the latest target, with speed and acceleration limits, so the 10-30 Hz policy
-  never commands a jump (libfranka's reflexes reject velocity discontinuities);
-- a gripper thread issues blocking ``move`` / ``grasp`` calls for the newest requested width;
+Where things run (see ``franka_process.py`` for why the vendor calls are in processes of their own):
+- the arm process owns the realtime control handle. At 1 kHz it reads the robot state and moves a
+  setpoint toward the latest target with speed, acceleration and jerk limits, so the 10-30 Hz
+  policy never commands a jump (libfranka's reflexes refuse discontinuities);
+- the gripper process issues the blocking ``move`` / ``grasp`` calls for the newest width;
 - each camera captures on its own thread.
 
-The control loop calls ``apply`` / ``hold`` once per control period; they only set the target.
-``plf`` (the pylibfranka module) is injectable: tests use a stand-in with the same API, and the same
-code runs against a simulator of the libfranka network protocol (see ``shared/HARDWARE_TESTING.md``).
+The control loop calls ``apply`` / ``hold`` once per control period; they only move the target.
+``plf_module`` names the pylibfranka module: tests name a stand-in with the same API, and the same
+code runs against a simulator of the libfranka network protocol (``shared/HARDWARE_TESTING.md``).
 """
 
 from __future__ import annotations
 
+import contextlib
+import importlib.util
 import logging
 import math
-import threading
-from dataclasses import dataclass, field
+import multiprocessing
+import time
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -31,6 +34,7 @@ from robot_agent.drivers.base import (
     RobotDriver,
     StepOutcome,
 )
+from robot_agent.drivers.franka_process import STATE_SIZE, TARGET_SIZE, SharedBlock, arm_main, gripper_main
 from robot_agent.drivers.pose_math import (
     matrix_to_quat,
     matrix_to_rotvec,
@@ -93,14 +97,6 @@ class FrankaConfig:
             raise ValueError(f"cartesian_stiffness needs 6 values, got {len(self.cartesian_stiffness)}")
 
 
-def import_pylibfranka() -> Any:
-    try:
-        import pylibfranka
-    except ImportError as exc:
-        raise DriverError(f"the franka driver needs pylibfranka: pip install '.[franka]' ({exc})") from None
-    return pylibfranka
-
-
 class SetpointFilter:
     """Moves a Cartesian setpoint toward a target with bounded speed, acceleration and jerk (1 kHz).
 
@@ -136,6 +132,11 @@ class SetpointFilter:
         )
         self.rotation = rotvec_to_matrix(self.angular_velocity * dt) @ self.rotation
 
+    def stopping_point(self) -> np.ndarray:
+        """Where the setpoint comes to rest if braked at full deceleration from its current velocity."""
+        speed = float(np.linalg.norm(self.velocity))
+        return self.position + self.velocity * speed / (2.0 * self.config.max_accel_mps2)
+
     def stop_at(self, position: np.ndarray, rotation: np.ndarray) -> None:
         self.position, self.rotation = position.copy(), rotation.copy()
         self.velocity, self.acceleration = np.zeros(3), np.zeros(3)
@@ -156,24 +157,23 @@ def _clip_norm(vector: np.ndarray, max_norm: float) -> np.ndarray:
     return vector * (max_norm / norm) if norm > max_norm else vector
 
 
-@dataclass
-class _ArmState:
-    q: np.ndarray = field(default_factory=lambda: np.zeros(7))
-    dq: np.ndarray = field(default_factory=lambda: np.zeros(7))
-    position: np.ndarray = field(default_factory=lambda: np.zeros(3))
-    rotation: np.ndarray = field(default_factory=lambda: np.eye(3))
-
-
 class FrankaDriver(RobotDriver):
-    """A Franka arm under Cartesian impedance, behind the driver interface."""
+    """A Franka arm under Cartesian impedance, behind the driver interface.
+
+    ``plf_module`` names the pylibfranka module to import in the helper processes; tests name a
+    stand-in with the same API.
+    """
 
     kind = "franka"
 
     def __init__(
-        self, config: FrankaConfig | None = None, plf: Any = None, camera_seams: dict | None = None
+        self,
+        config: FrankaConfig | None = None,
+        plf_module: str = "pylibfranka",
+        camera_seams: dict | None = None,
     ) -> None:
         self.config = cfg = config or FrankaConfig()
-        self._plf = plf
+        self.plf_module = plf_module
         self.spec = EnvSpec(
             name="franka/real",
             cameras=tuple(CameraSpec(c.name, c.height, c.width, c.fps) for c in cfg.cameras),
@@ -189,180 +189,115 @@ class FrankaDriver(RobotDriver):
         self.cameras: list[Camera] = [
             make_camera(c, **(camera_seams or {}).get(c.name, {})) for c in cfg.cameras
         ]
-        self._robot: Any = None
-        self._gripper: Any = None
-        self._lock = threading.Lock()
-        self._state = _ArmState()
+        self._context = multiprocessing.get_context("spawn")
+        self._state = SharedBlock(self._context, STATE_SIZE)
+        self._target = SharedBlock(self._context, TARGET_SIZE)
+        self._gripper_width = self._context.RawValue("d", cfg.gripper_max_width_m)
+        self._processes: list[Any] = []
+        self._arm_conn: Any = None
+        self._gripper_conn: Any = None
         self._target_position: np.ndarray | None = None
         self._target_rotation: np.ndarray | None = None
-        self._filter: SetpointFilter | None = None
-        self._rt_thread: threading.Thread | None = None
-        self._rt_stop = threading.Event()
-        self._rt_error: str | None = None
-        self._gripper_width = cfg.gripper_max_width_m
-        self._gripper_wanted = cfg.gripper_max_width_m
-        self._gripper_wake = threading.Event()
-        self._closing = threading.Event()
-        self._gripper_thread: threading.Thread | None = None
+        self._fault: str | None = None
         self._holding = False
         self._stopped = False
-        self.rt_overruns = 0
 
-    # -- connection ----------------------------------------------------------------------------------
+    # -- helper processes ----------------------------------------------------------------------------
     def connect(self) -> None:
-        """Connect to the arm, gripper and cameras. Motion control starts with the first action."""
-        if self._robot is not None:
+        """Start the arm and gripper processes (they connect to the robot) and the cameras."""
+        if self._processes:
             return
-        plf = self._plf = self._plf or import_pylibfranka()
-        try:
-            self._robot = plf.Robot(self.config.host, plf.RealtimeConfig.kIgnore)
-            self._robot.set_cartesian_impedance(list(self.config.cartesian_stiffness))
-            self._gripper = plf.Gripper(self.config.host)
-        except Exception as exc:  # the vendor library raises its own types
-            raise DriverError(f"cannot connect to the Franka at {self.config.host}: {exc}") from None
+        if importlib.util.find_spec(self.plf_module.split(".")[0]) is None:
+            raise DriverError(f"the franka driver needs {self.plf_module}: pip install '.[franka]'")
+        for name, main, shared in (
+            ("arm", arm_main, (self._state, self._target)),
+            ("gripper", gripper_main, (self._gripper_width,)),
+        ):
+            ours, theirs = self._context.Pipe()
+            args = (self.plf_module, self.config.host, self.config, *shared, theirs)
+            process = self._context.Process(target=main, args=args, name=f"franka-{name}", daemon=True)
+            process.start()
+            self._processes.append(process)
+            deadline = time.monotonic() + 30.0
+            while not ours.poll(0.1):
+                if not process.is_alive() or time.monotonic() > deadline:
+                    self.close()
+                    raise DriverError(
+                        f"the franka {name} process did not start (exit code {process.exitcode}); "
+                        "a script that builds the driver needs an `if __name__ == '__main__':` guard"
+                    )
+            _, error = ours.recv()
+            if error:
+                self.close()
+                raise DriverError(error)
+            if name == "arm":
+                self._arm_conn = ours
+            else:
+                self._gripper_conn = ours
         for camera in self.cameras:
             camera.start()
-        self._read_idle_state()
-        self._gripper_thread = threading.Thread(target=self._gripper_loop, name="franka-gripper", daemon=True)
-        self._gripper_thread.start()
 
-    def _read_idle_state(self) -> None:
-        """Read the state outside a motion (``read_once`` is only allowed when no control runs)."""
-        try:
-            state = self._robot.read_once()
-        except Exception as exc:
-            raise DriverError(f"cannot read the Franka's state: {exc}") from None
-        self._publish(state, *pose_from_column_major(state.O_T_EE))
+    def _call(self, *command: Any, timeout: float = 10.0) -> None:
+        """Send a command to the arm process and wait for its reply (faults met on the way are kept)."""
+        self._arm_conn.send(command)
+        deadline = time.monotonic() + timeout
+        while self._arm_conn.poll(max(0.0, deadline - time.monotonic())):
+            kind, message = self._arm_conn.recv()
+            if kind == "fault":
+                self._fault = message
+                continue
+            if message:
+                raise DriverError(f"franka {command[0]} failed: {message}")
+            return
+        raise DriverError(f"franka {command[0]}: no reply within {timeout} s")
 
-    def _moving(self) -> bool:
-        return self._rt_thread is not None and self._rt_thread.is_alive()
+    def _drain_faults(self) -> None:
+        for conn in (self._arm_conn, self._gripper_conn):
+            while conn is not None and conn.poll():
+                kind, message = conn.recv()
+                if kind == "fault":
+                    self._fault = message
+                    log.error("franka: %s", message)
 
-    def _start_cartesian(self) -> None:
-        self._rt_stop.clear()
-        self._rt_error = None
-        ready = threading.Event()
-        self._rt_thread = threading.Thread(
-            target=self._rt_loop, args=(ready,), name="franka-1khz", daemon=True
-        )
-        self._rt_thread.start()
-        if not ready.wait(5.0) or self._rt_error:
-            raise DriverError(f"Cartesian impedance control did not start: {self._rt_error or 'timeout'}")
+    def _read(self) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, bool, int]:
+        values = self._state.read()
+        position, rotation = pose_from_column_major(values[14:30])
+        return values[:7], values[7:14], position, rotation, bool(values[30]), int(values[31])
 
-    def _stop_cartesian(self) -> None:
-        self._rt_stop.set()
-        if self._rt_thread is not None:
-            self._rt_thread.join(2.0)
-            self._rt_thread = None
-
-    # -- the 1 kHz loop ----------------------------------------------------------------------------------
-    def _rt_loop(self, ready: threading.Event) -> None:
-        plf = self._plf
-        try:
-            control = self._robot.start_cartesian_pose_control(plf.ControllerMode.CartesianImpedance)
-            state, _ = control.readOnce()
-            position, rotation = pose_from_column_major(state.O_T_EE)
-            self._publish(state, position, rotation)
-            self._filter = SetpointFilter(self.config, position, rotation)
-            with self._lock:
-                self._target_position, self._target_rotation = position.copy(), rotation.copy()
-            ready.set()
-            while True:
-                state, period = control.readOnce()
-                dt = _seconds(period) or 0.001
-                if dt > 0.0015:
-                    self.rt_overruns += 1  # this thread missed a 1 ms cycle (GIL, scheduler)
-                position, rotation = pose_from_column_major(state.O_T_EE)
-                self._publish(state, position, rotation)
-                with self._lock:
-                    target_position, target_rotation = self._target_position, self._target_rotation
-                self._filter.step(dt, target_position, target_rotation)
-                command = plf.CartesianPose(
-                    pose_to_column_major(self._filter.position, self._filter.rotation)
-                )
-                if self._rt_stop.is_set():
-                    command.motion_finished = True
-                    control.writeOnce(command)
-                    return
-                control.writeOnce(command)
-        except Exception as exc:
-            self._rt_error = str(exc)
-            log.error("franka realtime loop stopped: %s", exc)
-            ready.set()
-
-    def _publish(self, state: Any, position: np.ndarray, rotation: np.ndarray) -> None:
-        with self._lock:
-            self._state = _ArmState(
-                np.asarray(state.q, float), np.asarray(state.dq, float), position, rotation
-            )
-
-    # -- the gripper ---------------------------------------------------------------------------------------
-    def _gripper_loop(self) -> None:
-        cfg = self.config
-        commanded = None
-        while not self._closing.is_set():
-            self._gripper_wake.wait(0.1)
-            self._gripper_wake.clear()
-            if self._gripper is None or self._closing.is_set():
-                return
-            wanted = self._gripper_wanted
-            try:
-                if commanded is None or abs(wanted - commanded) > cfg.gripper_tolerance_m:
-                    commanded = wanted
-                    if wanted < commanded_open_threshold(cfg):
-                        # Closing: grasp with force, accepting any width (the object decides it).
-                        self._gripper.grasp(wanted, cfg.gripper_speed_mps, cfg.gripper_force_n, 0.08, 0.08)
-                    else:
-                        self._gripper.move(wanted, cfg.gripper_speed_mps)
-                self._gripper_width = float(self._gripper.read_once().width)
-            except Exception as exc:
-                log.warning("gripper: %s", exc)
+    @property
+    def rt_overruns(self) -> int:
+        """1 kHz cycles the arm process missed (it stepped the setpoint for the time that passed)."""
+        return self._read()[5]
 
     # -- driver interface ------------------------------------------------------------------------------------
     def reset(self, seed: int | None = None) -> None:
         """Clear any reflex, home the arm (a smooth joint motion) and open the gripper."""
         del seed  # a real scene cannot be reseeded
         self._ensure_connected()
-        self._stop_cartesian()
-        if self._rt_error is not None:
-            self.recover()
-        try:
-            self._move_joints(np.asarray(self.config.home_joints))
-        except Exception as exc:
-            raise DriverError(f"homing failed: {exc}") from None
-        self._read_idle_state()
-        self._gripper_wanted = self.config.gripper_max_width_m
-        self._gripper_wake.set()
+        self._call("stop")
+        self._drain_faults()
+        if self._fault is not None:
+            self._call("recover")
+            self._fault = None
+        self._call(
+            "home",
+            list(self.config.home_joints),
+            self.config.home_duration_s,
+            timeout=self.config.home_duration_s + 10,
+        )
+        self._gripper_conn.send(self.config.gripper_max_width_m)
+        self._target_position = None
         self._holding = False
-
-    def _move_joints(self, goal: np.ndarray) -> None:
-        plf = self._plf
-        control = self._robot.start_joint_position_control(plf.ControllerMode.JointImpedance)
-        state, _ = control.readOnce()
-        start = np.asarray(state.q, float)
-        duration = self.config.home_duration_s
-        elapsed = 0.0
-        while True:
-            state, period = control.readOnce()
-            elapsed += _seconds(period) or 0.001
-            phase = min(elapsed / duration, 1.0)
-            blend = 0.5 * (1.0 - math.cos(math.pi * phase))  # zero velocity at both ends
-            command = plf.JointPositions((start + blend * (goal - start)).tolist())
-            if phase >= 1.0:
-                command.motion_finished = True
-                control.writeOnce(command)
-                return
-            control.writeOnce(command)
 
     def observe(self) -> DriverObservation:
         self._ensure_connected()
-        if not self._moving():
-            self._read_idle_state()
-        with self._lock:
-            state = self._state
-        vector = np.concatenate(
-            [state.q, state.dq, state.position, matrix_to_quat(state.rotation), [self._gripper_width / 2]]
-        ).astype(np.float32)  # gripper_width is per finger, as in the sim twin
-        images, stamps = {}, {}
+        self._drain_faults()
+        q, dq, position, rotation, _, _ = self._read()
+        gripper_width = self._gripper_width.value
+        vector = np.concatenate([q, dq, position, matrix_to_quat(rotation), [gripper_width / 2]]).astype(
+            np.float32
+        )
+        images, stamps = {}, {}  # gripper_width is per finger, as in the sim twin
         for camera in self.cameras:
             try:
                 frame = camera.read_latest(self.config.camera_max_age_s)
@@ -373,85 +308,77 @@ class FrankaDriver(RobotDriver):
 
     def apply(self, action: np.ndarray) -> StepOutcome:
         self._ensure_connected()
-        if self._rt_error is not None:
-            raise DriverError(f"the Franka stopped: {self._rt_error}; the next episode reset recovers it")
-        if not self._moving():
-            self._start_cartesian()  # from the current pose: the first target is where the arm is
+        self._drain_faults()
+        if self._fault is not None:
+            raise DriverError(f"the Franka stopped: {self._fault}; the next episode reset recovers it")
+        _, _, measured, measured_rotation, moving, _ = self._read()
+        if not moving:
+            self._call("stream")  # from the current pose: the first target is where the arm is
+            self._target_position, self._target_rotation = measured, measured_rotation
         cfg = self.config
-        with self._lock:
-            measured = self._state.position
-            position = self._target_position + np.asarray(action[:3], float) * cfg.max_translation_m
-            position = measured + np.clip(position - measured, -cfg.max_target_lead_m, cfg.max_target_lead_m)
-            rotation = (
-                rotvec_to_matrix(np.asarray(action[3:6], float) * cfg.max_rotation_rad)
-                @ self._target_rotation
-            )
-            self._target_position, self._target_rotation = position, rotation
-        self._gripper_wanted = (float(action[6]) + 1.0) / 2.0 * cfg.gripper_max_width_m
-        self._gripper_wake.set()
+        position = self._target_position + np.asarray(action[:3], float) * cfg.max_translation_m
+        position = measured + np.clip(position - measured, -cfg.max_target_lead_m, cfg.max_target_lead_m)
+        rotation = (
+            rotvec_to_matrix(np.asarray(action[3:6], float) * cfg.max_rotation_rad) @ self._target_rotation
+        )
+        self._set_target(position, rotation)
+        self._gripper_conn.send((float(action[6]) + 1.0) / 2.0 * cfg.gripper_max_width_m)
         self._holding = False
         return StepOutcome()
 
+    def _set_target(self, position: np.ndarray, rotation: np.ndarray) -> None:
+        self._target_position, self._target_rotation = position, rotation
+        self._target.write(pose_to_column_major(position, rotation))
+
     def hold(self) -> None:
-        if not self._moving() or self._stopped:
-            return  # idle: the robot holds its pose by itself
-        if not self._holding:
-            with self._lock:
-                self._target_position = self._state.position.copy()
-                self._target_rotation = self._state.rotation.copy()
-            self._holding = True
+        if self._stopped or not self._processes or self._holding:
+            return
+        if self._read()[4]:  # moving: brake to a stop, not back to where the target had led
+            self._call("hold")
+            self._target_position, self._target_rotation = pose_from_column_major(self._target.read())
+        self._holding = True
 
     def tcp_targets(self) -> tuple[np.ndarray, ...] | None:
-        with self._lock:
-            return None if self._target_position is None else (self._target_position.copy(),)
+        return None if self._target_position is None else (self._target_position.copy(),)
 
     def estop(self) -> None:
         """Stop the motion now; the arm stays stopped until the agent is restarted."""
         self._stopped = True
-        self._rt_stop.set()
-        if self._robot is not None:
+        if self._arm_conn is not None:
             try:
-                self._robot.stop()
-            except Exception as exc:
-                log.error("robot.stop() failed: %s", exc)
+                self._call("estop", timeout=2.0)
+            except DriverError as exc:
+                log.error("e-stop: %s", exc)
 
     def recover(self) -> None:
         """After a reflex (e.g. a collision), clear the error; motion resumes with the next action."""
-        self._stop_cartesian()
-        try:
-            self._robot.automatic_error_recovery()
-        except Exception as exc:
-            raise DriverError(f"automatic error recovery failed: {exc}") from None
-        self._rt_error = None
+        self._ensure_connected()
+        self._call("stop")
+        self._call("recover")
+        self._fault = None
 
     def close(self) -> None:
-        self._closing.set()
-        self._gripper_wake.set()
-        self._stop_cartesian()
-        if self._gripper_thread is not None:
-            self._gripper_thread.join(2.0)
+        for conn, message in (
+            (self._arm_conn, ("stop",)),
+            (self._arm_conn, ("close",)),
+            (self._gripper_conn, "close"),
+        ):
+            if conn is not None:
+                with contextlib.suppress(OSError):
+                    conn.send(message)
+        for process in self._processes:
+            process.join(3.0)
+            if process.is_alive():
+                process.kill()
+        self._processes, self._arm_conn, self._gripper_conn = [], None, None
         for camera in self.cameras:
             camera.stop()
-        self._robot, self._gripper = None, None
 
     def _ensure_connected(self) -> None:
         if self._stopped:
             raise DriverError("the arm is e-stopped; restart the agent")
-        if self._robot is None:
+        if not self._processes:
             self.connect()
 
-def commanded_open_threshold(config: FrankaConfig) -> float:
-    """Requests narrower than this close the gripper with force (grasp); wider ones move it open."""
-    return 0.5 * config.gripper_max_width_m
 
-
-def _seconds(period: Any) -> float:
-    """libfranka's ``Duration`` (``to_sec()``, or ``to_msec()``) -> seconds."""
-    if hasattr(period, "to_sec"):
-        return float(period.to_sec())
-    if hasattr(period, "to_msec"):
-        return float(period.to_msec()) / 1000.0
-    return float(period)
-
-
-__all__ = ["FrankaConfig", "FrankaDriver", "SetpointFilter", "import_pylibfranka"]
+__all__ = ["FrankaConfig", "FrankaDriver", "SetpointFilter"]

@@ -1,12 +1,13 @@
 """A stand-in for the slice of the pylibfranka API the franka driver uses: a kinematic arm at ~1 kHz.
 
-The arm follows each written Cartesian / joint command exactly, records every command, and can be
-told to raise a reflex error, the way libfranka raises a ``ControlException``.
+Imported by name in the driver's helper processes (``plf_module="tests.robot_agent.fake_pylibfranka"``),
+so it is module-level, one arm per process. The arm follows each Cartesian / joint command exactly.
+Like a real arm it trips a reflex, here when the TCP is pushed on past ``REFLEX_X`` (a stand-in for
+a collision); it then refuses motion until ``automatic_error_recovery``.
 """
 
 from __future__ import annotations
 
-import threading
 import time
 from types import SimpleNamespace
 
@@ -15,6 +16,23 @@ import numpy as np
 HOME_POSE = np.array(
     [[1, 0, 0, 0], [0, -1, 0, 0], [0, 0, -1, 0], [0.307, 0.0, 0.487, 1]], dtype=float
 ).reshape(-1)  # column-major O_T_EE: TCP pointing down at the sim twin's home
+REFLEX_X = 0.45
+RealtimeConfig = SimpleNamespace(kIgnore="kIgnore", kEnforce="kEnforce")
+ControllerMode = SimpleNamespace(CartesianImpedance="CartesianImpedance", JointImpedance="JointImpedance")
+
+
+class ControlException(RuntimeError):
+    pass
+
+
+class _Arm:
+    def __init__(self) -> None:
+        self.pose = HOME_POSE.copy()
+        self.q = np.zeros(7)
+        self.error: str | None = None
+
+
+ARM = _Arm()
 
 
 class Duration:
@@ -37,110 +55,74 @@ class JointPositions:
         self.motion_finished = False
 
 
-class ReflexError(RuntimeError):
-    pass
-
-
-class FakeArm:
-    """Shared state of one simulated arm (what the robot 'is')."""
-
-    def __init__(self) -> None:
-        self.pose = HOME_POSE.copy()
-        self.q = np.zeros(7)
-        self.cartesian_commands: list[np.ndarray] = []
-        self.joint_commands: list[np.ndarray] = []
-        self.fail_next_read: str | None = None
-        self.stopped = False
-        self.recovered = 0
-        self.impedance = None
-        self.lock = threading.Lock()
+def _state():
+    return SimpleNamespace(O_T_EE=ARM.pose.tolist(), q=ARM.q.tolist(), dq=[0.0] * 7)
 
 
 class _Control:
-    def __init__(self, arm: FakeArm, kind: str) -> None:
-        self.arm, self.kind = arm, kind
-        self.finished = False
+    def __init__(self, kind: str) -> None:
+        if ARM.error:
+            raise ControlException(f"robot is in reflex mode ({ARM.error})")
+        self.kind, self.finished = kind, False
 
     def readOnce(self):  # noqa: N802 (pylibfranka's name)
         time.sleep(0.001)
-        if self.arm.fail_next_read:
-            message, self.arm.fail_next_read = self.arm.fail_next_read, None
-            raise ReflexError(message)
-        if self.arm.stopped or self.finished:
-            raise ReflexError("control is not running")
-        state = SimpleNamespace(O_T_EE=self.arm.pose.tolist(), q=self.arm.q.tolist(), dq=[0.0] * 7)
-        return state, Duration(0.001)
+        if self.finished:
+            raise ControlException("control is not running")
+        if ARM.error:
+            raise ControlException(f"Move command aborted: motion aborted by reflex! [{ARM.error}]")
+        return _state(), Duration(0.001)
 
     def writeOnce(self, command):  # noqa: N802
-        with self.arm.lock:
-            if self.kind == "cartesian":
-                self.arm.pose = np.asarray(command.O_T_EE, float)
-                self.arm.cartesian_commands.append(self.arm.pose.copy())
-            else:
-                self.arm.q = np.asarray(command.q, float)
-                self.arm.joint_commands.append(self.arm.q.copy())
+        if self.kind == "cartesian":
+            pose = np.asarray(command.O_T_EE, float)
+            if pose[12] > REFLEX_X and pose[12] > ARM.pose[12]:  # pushing on into the 'obstacle'
+                ARM.error = "cartesian_reflex"
+            ARM.pose = pose
+        else:
+            ARM.q = np.asarray(command.q, float)
         self.finished = command.motion_finished
 
 
-class FakeRobot:
-    def __init__(self, arm: FakeArm, host: str, realtime) -> None:
-        self.arm, self.host = arm, host
+class Robot:
+    def __init__(self, host: str, realtime) -> None:
+        if host == "10.255.255.1":
+            raise ControlException("libfranka: Connection timeout")
 
     def read_once(self):
-        return SimpleNamespace(O_T_EE=self.arm.pose.tolist(), q=self.arm.q.tolist(), dq=[0.0] * 7)
+        return _state()
 
     def set_cartesian_impedance(self, stiffness) -> None:
-        self.arm.impedance = list(stiffness)
+        assert len(stiffness) == 6
 
     def start_cartesian_pose_control(self, mode):
         assert mode == "CartesianImpedance"
-        return _Control(self.arm, "cartesian")
+        return _Control("cartesian")
 
     def start_joint_position_control(self, mode):
         assert mode == "JointImpedance"
-        return _Control(self.arm, "joint")
+        return _Control("joint")
 
     def stop(self) -> None:
-        self.arm.stopped = True
+        ARM.error = ARM.error or "stopped"
 
     def automatic_error_recovery(self) -> None:
-        self.arm.recovered += 1
+        ARM.error = None
 
 
-class FakeGripper:
+class Gripper:
+    """Grasping closes on a 3 cm object; moving goes to the width asked."""
+
     def __init__(self, host: str) -> None:
         self.width = 0.08
-        self.calls: list[tuple] = []
 
     def move(self, width, speed):
-        self.calls.append(("move", round(width, 4)))
         self.width = width
         return True
 
     def grasp(self, width, speed, force, epsilon_inner, epsilon_outer):
-        self.calls.append(("grasp", round(width, 4), force))
-        self.width = max(width, 0.03)  # an object 3 cm wide is in the way
+        self.width = max(width, 0.03)
         return True
 
     def read_once(self):
         return SimpleNamespace(width=self.width, max_width=0.08)
-
-
-def make_fake_pylibfranka(arm: FakeArm) -> SimpleNamespace:
-    grippers: list[FakeGripper] = []
-
-    def gripper(host):
-        grippers.append(FakeGripper(host))
-        return grippers[-1]
-
-    return SimpleNamespace(
-        Robot=lambda host, realtime: FakeRobot(arm, host, realtime),
-        Gripper=gripper,
-        grippers=grippers,
-        RealtimeConfig=SimpleNamespace(kIgnore="kIgnore", kEnforce="kEnforce"),
-        ControllerMode=SimpleNamespace(
-            CartesianImpedance="CartesianImpedance", JointImpedance="JointImpedance"
-        ),
-        CartesianPose=CartesianPose,
-        JointPositions=JointPositions,
-    )
