@@ -35,9 +35,13 @@ IMPORT_AGENT = (
 
 
 def make_venv(path: Path, extras: str) -> Path:
+    """A venv with ``.[extras]`` from this checkout (kept between runs; this package is refreshed)."""
+    pip = str(path / "bin" / "pip")
     if not (path / "bin" / "python").exists():
         subprocess.run([sys.executable, "-m", "venv", str(path)], check=True)
-        subprocess.run([str(path / "bin" / "pip"), "install", "-q", f"{ROOT}[{extras}]"], check=True)
+        subprocess.run([pip, "install", "-q", f"{ROOT}[{extras}]"], check=True)
+    else:
+        subprocess.run([pip, "install", "-q", "--no-deps", "--force-reinstall", str(ROOT)], check=True)
     return path / "bin" / "python"
 
 
@@ -64,6 +68,14 @@ def rss_mb(pid: int) -> float:
         if line.startswith("VmRSS:"):
             return int(line.split()[1]) / 1024
     return float("nan")
+
+
+def children(pid: int) -> list[int]:
+    found = []
+    for task in Path(f"/proc/{pid}/task").iterdir():
+        for child in (task / "children").read_text().split():
+            found += [int(child), *children(int(child))]
+    return found
 
 
 def import_rss(python: Path) -> dict:
@@ -94,6 +106,7 @@ def connect_run(python: Path, robot: str, config: dict, server: LinkServerThread
         streaming_s = time.monotonic() - start
         time.sleep(3.0)  # let it settle into streaming
         rss = rss_mb(proc.pid)
+        helpers = sum(rss_mb(child) for child in children(proc.pid))
         observations = session.stats.observations
     finally:
         proc.terminate()
@@ -104,6 +117,7 @@ def connect_run(python: Path, robot: str, config: dict, server: LinkServerThread
         "registered_s": registered_s,
         "first_observation_s": streaming_s,
         "rss_mb_streaming": rss,
+        "helper_processes_rss_mb": helpers,  # franka: the arm and gripper processes
         "observations": observations,
         "exit_code": proc.returncode,
         "stderr_tail": stderr[-300:],
@@ -157,7 +171,8 @@ def main() -> None:
             run = result["franka"]
             print(
                 f".[robot,franka] ({result['robot_franka_installed_mb']:.0f} MB): franka registered in "
-                f"{run['registered_s']:.2f} s, streaming RSS {run['rss_mb_streaming']:.0f} MB"
+                f"{run['registered_s']:.2f} s, streaming RSS {run['rss_mb_streaming']:.0f} MB "
+                f"(+ {run['helper_processes_rss_mb']:.0f} MB in its arm and gripper processes)"
             )
     finally:
         server.stop()
