@@ -92,7 +92,11 @@ def connect(args: argparse.Namespace) -> int:
         return 2
     if config.link.insecure:
         print("rlinf-robot: WARNING: --insecure: no TLS and no token on the robot link", file=sys.stderr)
-    agent = Agent(driver, config, robot_kind=args.robot)
+    try:
+        agent = Agent(driver, config, robot_kind=args.robot)
+    except OSError as exc:
+        print(f"rlinf-robot: cannot use the spool directory {config.spool_dir}: {exc}", file=sys.stderr)
+        return 2
 
     async def main() -> None:
         stop = asyncio.Event()

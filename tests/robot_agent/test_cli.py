@@ -35,6 +35,22 @@ def test_bad_input_is_a_one_line_error(args, message):
     assert "Traceback" not in result.stderr
 
 
+def test_an_unusable_spool_directory_is_one_line(tmp_path):
+    (tmp_path / "file").write_text("not a directory")
+    result = run(
+        "connect",
+        "--server",
+        "127.0.0.1:1",
+        "--robot",
+        "sim-twin",
+        "--insecure",
+        "--spool-dir",
+        str(tmp_path / "file"),
+    )
+    assert result.returncode == 2 and "cannot use the spool directory" in result.stderr
+    assert "Traceback" not in result.stderr
+
+
 def test_bad_robot_config_names_the_key(tmp_path):
     config = tmp_path / "robot.json"
     config.write_text('{"driver": {"task": "reach", "colour": "red"}}')
