@@ -1,0 +1,145 @@
+"""A ChArUco board in the MuJoCo Franka scene, where every camera's true intrinsics and pose are known.
+
+Used for ground-truth tests of the calibration and for unattended hand-eye runs on the sim twin.
+The board is a textured quad on a mocap body (so it can be moved or left fixed on the table); the
+arm is moved by the scene's own Cartesian impedance controller.
+"""
+
+from __future__ import annotations
+
+import tempfile
+from pathlib import Path
+
+import numpy as np
+
+from calibration.board import BoardSpec
+from calibration.hand_eye import make_transform
+from calibration.intrinsics import Intrinsics
+
+MARGIN_SQUARES = 0.5
+# MuJoCo cameras look along -z with +y up; OpenCV cameras look along +z with +y down.
+MUJOCO_TO_OPENCV_CAMERA = np.diag([1.0, -1.0, -1.0])
+
+
+class SimCalibrationRig:
+    """The Panda scene plus a board. Poses are 4x4 transforms in the robot base (world) frame."""
+
+    def __init__(self, spec: BoardSpec, width: int = 640, height: int = 480, pixels_per_square: int = 120) -> None:
+        import sim_envs  # noqa: F401  (first: picks the headless GL backend)
+        import mujoco
+        from sim_envs.rendering import make_renderer
+        from sim_envs.scene import SceneConfig, build_scene_xml
+
+        self.spec, self.width, self.height = spec, width, height
+        self._tmp = tempfile.TemporaryDirectory(prefix="rlinf-board-")
+        texture = Path(self._tmp.name) / "charuco.png"
+        image = spec.render(pixels_per_square, MARGIN_SQUARES)
+        _write_png(texture, image)
+        scene = SceneConfig(with_cube=False, offscreen_width=width, offscreen_height=height)
+        xml = build_scene_xml(scene)
+        full_w = spec.width_m + 2 * MARGIN_SQUARES * spec.square_length_m
+        full_h = spec.height_m + 2 * MARGIN_SQUARES * spec.square_length_m
+        xml = xml.replace("</asset>", _board_assets(texture, full_w, full_h) + "</asset>", 1)
+        xml = xml.replace("</worldbody>", _BOARD_BODY + "</worldbody>", 1)
+        self.model = mujoco.MjModel.from_xml_string(xml)
+        self.data = mujoco.MjData(self.model)
+        self._mujoco = mujoco
+        self._board_mocap = self.model.body("board").mocapid[0]
+        self._target_mocap = self.model.body("tcp_target").mocapid[0]
+        self._tcp = self.model.site("tcp").id
+        self._renderer = make_renderer(self.model, height, width)
+        # The board frame of OpenCV's ChArUco model: origin at the top-left inner board corner of
+        # the printed image, x along the columns, y down the rows, z into the board.
+        offset = MARGIN_SQUARES * spec.square_length_m
+        self._quad_to_board = make_transform(np.diag([1.0, -1.0, -1.0]), np.array([-full_w / 2 + offset, full_h / 2 - offset, 0]))
+        from sim_envs import panda_model
+
+        mujoco.mj_resetData(self.model, self.data)
+        self.data.qpos[:7] = panda_model.HOME_QPOS
+        mujoco.mj_forward(self.model, self.data)
+        self.data.mocap_pos[self._target_mocap] = self.data.site_xpos[self._tcp]
+        self.data.mocap_quat[self._target_mocap] = _quat(self.data.site_xmat[self._tcp].reshape(3, 3))
+
+    # -- the board ----------------------------------------------------------------------------------
+    def set_board_pose(self, T_world_board: np.ndarray) -> None:
+        """Place the board so that OpenCV's board frame sits at ``T_world_board``."""
+        T_quad = T_world_board @ np.linalg.inv(self._quad_to_board)
+        self.data.mocap_pos[self._board_mocap] = T_quad[:3, 3]
+        self.data.mocap_quat[self._board_mocap] = _quat(T_quad[:3, :3])
+        self._mujoco.mj_forward(self.model, self.data)
+
+    def board_pose(self) -> np.ndarray:
+        body = self.model.body("board").id
+        T_quad = make_transform(self.data.xmat[body].reshape(3, 3), self.data.xpos[body])
+        return T_quad @ self._quad_to_board
+
+    # -- cameras ------------------------------------------------------------------------------------
+    def render(self, camera: str, noise_std: float = 0.0, seed: int = 0) -> np.ndarray:
+        """An RGB image from ``camera``, with optional Gaussian sensor noise (intensity units)."""
+        self._renderer.update_scene(self.data, camera=camera)
+        image = self._renderer.render()
+        if noise_std > 0:
+            rng = np.random.default_rng(seed)
+            image = np.clip(image + rng.normal(0.0, noise_std, image.shape), 0, 255).astype(np.uint8)
+        return image
+
+    def true_intrinsics(self, camera: str) -> Intrinsics:
+        """The pinhole camera MuJoCo renders: square pixels, centred principal point, no distortion."""
+        fovy = np.radians(self.model.cam_fovy[self.model.camera(camera).id])
+        f = self.height / (2.0 * np.tan(fovy / 2.0))
+        # OpenCV puts pixel centres at integers; the image centre is at (w - 1) / 2.
+        K = np.array([[f, 0, (self.width - 1) / 2], [0, f, (self.height - 1) / 2], [0, 0, 1.0]])
+        return Intrinsics(K, np.zeros(5), self.width, self.height, 0.0, 0)
+
+    def camera_pose(self, camera: str) -> np.ndarray:
+        """``T_world_cam`` in the OpenCV camera convention."""
+        cam = self.model.camera(camera).id
+        rotation = self.data.cam_xmat[cam].reshape(3, 3) @ MUJOCO_TO_OPENCV_CAMERA
+        return make_transform(rotation, self.data.cam_xpos[cam])
+
+    # -- the arm ------------------------------------------------------------------------------------
+    def tcp_pose(self) -> np.ndarray:
+        return make_transform(self.data.site_xmat[self._tcp].reshape(3, 3), self.data.site_xpos[self._tcp])
+
+    def move_tcp(self, T_world_tcp: np.ndarray, seconds: float = 1.5) -> np.ndarray:
+        """Drive the Cartesian controller to a TCP pose, let it settle, and return the pose reached."""
+        self.data.mocap_pos[self._target_mocap] = T_world_tcp[:3, 3]
+        self.data.mocap_quat[self._target_mocap] = _quat(T_world_tcp[:3, :3])
+        steps = int(seconds / self.model.opt.timestep)
+        self._mujoco.mj_step(self.model, self.data, nstep=steps)
+        return self.tcp_pose()
+
+    def close(self) -> None:
+        self._renderer.close()
+        self._tmp.cleanup()
+
+
+_BOARD_BODY = """
+    <body name="board" mocap="true" pos="0.5 0 0.3">
+      <geom name="board_quad" type="mesh" mesh="board_quad" material="board_mat" contype="0" conaffinity="0"/>
+    </body>
+"""
+
+
+def _board_assets(texture: Path, width: float, height: float) -> str:
+    w, h = width / 2, height / 2
+    vertices = f"{-w} {-h} 0  {w} {-h} 0  {w} {h} 0  {-w} {h} 0"
+    return f"""
+    <texture name="board_tex" type="2d" file="{texture}"/>
+    <material name="board_mat" texture="board_tex" specular="0" shininess="0" emission="0.6"/>
+    <mesh name="board_quad" vertex="{vertices}" texcoord="0 1  1 1  1 0  0 0" face="0 1 2  0 2 3"/>
+"""
+
+
+def _quat(rotation: np.ndarray) -> np.ndarray:
+    import mujoco
+
+    quat = np.zeros(4)
+    mujoco.mju_mat2Quat(quat, np.ascontiguousarray(rotation, dtype=np.float64).reshape(-1))
+    return quat
+
+
+def _write_png(path: Path, gray: np.ndarray) -> None:
+    from PIL import Image
+
+    Image.fromarray(gray).convert("RGB").save(path)
