@@ -15,7 +15,9 @@ def import_cv2():
     try:
         import cv2
     except ImportError as exc:
-        raise CalibrationError(f"calibration needs OpenCV with aruco: pip install '.[calibration]' ({exc})") from None
+        raise CalibrationError(
+            f"calibration needs OpenCV with aruco: pip install '.[calibration]' ({exc})"
+        ) from None
     if not hasattr(cv2, "aruco"):
         raise CalibrationError("this OpenCV has no aruco module: pip install opencv-contrib-python-headless")
     return cv2
@@ -33,7 +35,9 @@ class BoardSpec:
 
     def __post_init__(self) -> None:
         if self.squares_x < 3 or self.squares_y < 3:
-            raise CalibrationError(f"a ChArUco board needs at least 3x3 squares, got {self.squares_x}x{self.squares_y}")
+            raise CalibrationError(
+                f"a ChArUco board needs at least 3x3 squares, got {self.squares_x}x{self.squares_y}"
+            )
         if not 0 < self.marker_length_m < self.square_length_m:
             raise CalibrationError("marker_length_m must be positive and smaller than square_length_m")
 
@@ -61,7 +65,10 @@ class BoardSpec:
     def render(self, pixels_per_square: int = 100, margin_squares: float = 0.5) -> np.ndarray:
         """A grey-scale image of the board with a white margin (print it, or texture a sim with it)."""
         margin = int(round(margin_squares * pixels_per_square))
-        size = (self.squares_x * pixels_per_square + 2 * margin, self.squares_y * pixels_per_square + 2 * margin)
+        size = (
+            self.squares_x * pixels_per_square + 2 * margin,
+            self.squares_y * pixels_per_square + 2 * margin,
+        )
         return self.build().generateImage(size, marginSize=margin, borderBits=1)
 
 

@@ -52,7 +52,11 @@ def board_pose(detection: Detection, intrinsics: Intrinsics) -> np.ndarray:
     """The board's pose in the camera frame, ``T_cam_board`` (4x4), from one detection."""
     cv2 = import_cv2()
     ok, rvec, tvec = cv2.solvePnP(
-        detection.object_points, detection.image_points, intrinsics.K, intrinsics.dist, flags=cv2.SOLVEPNP_IPPE
+        detection.object_points,
+        detection.image_points,
+        intrinsics.K,
+        intrinsics.dist,
+        flags=cv2.SOLVEPNP_IPPE,
     )
     if not ok:
         raise CalibrationError("could not estimate the board pose in this view")
@@ -80,7 +84,9 @@ def solve_hand_eye(
     if len(gripper_poses) != len(board_poses):
         raise CalibrationError(f"{len(gripper_poses)} robot poses but {len(board_poses)} board poses")
     if len(gripper_poses) < config.min_pairs:
-        raise CalibrationError(f"{len(gripper_poses)} pose pairs, need {config.min_pairs}: capture more poses")
+        raise CalibrationError(
+            f"{len(gripper_poses)} pose pairs, need {config.min_pairs}: capture more poses"
+        )
     spread = _max_rotation_between(gripper_poses)
     if spread < config.min_rotation_spread_deg:
         raise CalibrationError(
@@ -103,7 +109,10 @@ def solve_hand_eye(
     best = min(residuals, key=lambda name: residuals[name][0])
     disagreement_mm = max(_distance_mm(solutions[best], X) for X in solutions.values())
     disagreement_deg = max(_angle_deg(solutions[best], X) for X in solutions.values())
-    if disagreement_mm > config.max_method_disagreement_mm or disagreement_deg > config.max_method_disagreement_deg:
+    if (
+        disagreement_mm > config.max_method_disagreement_mm
+        or disagreement_deg > config.max_method_disagreement_deg
+    ):
         raise CalibrationError(
             f"hand-eye methods disagree by {disagreement_mm:.1f} mm / {disagreement_deg:.2f} deg: "
             "add poses with more rotation diversity, and check the robot poses are synchronised with the images"
@@ -120,7 +129,9 @@ def solve_hand_eye(
     )
 
 
-def pose_set(center: np.ndarray, count: int = 15, tilt_deg: float = 20.0, shift_m: float = 0.06, seed: int = 0) -> list[np.ndarray]:
+def pose_set(
+    center: np.ndarray, count: int = 15, tilt_deg: float = 20.0, shift_m: float = 0.06, seed: int = 0
+) -> list[np.ndarray]:
     """TCP poses around ``center`` (4x4) that rotate about varied axes: what AX = XB needs to be well posed."""
     rng = np.random.default_rng(seed)
     cv2 = import_cv2()

@@ -112,7 +112,11 @@ def calibrate_from_detections(detections: list[Detection], config: IntrinsicsCon
             "move it into the corners and edges of the view"
         )
     rms, K, dist, rvecs, _ = cv2.calibrateCamera(
-        [d.object_points for d in detections], [d.image_points for d in detections], (width, height), None, None
+        [d.object_points for d in detections],
+        [d.image_points for d in detections],
+        (width, height),
+        None,
+        None,
     )
     tilts = [_tilt_deg(cv2, r) for r in rvecs]
     if max(tilts) < config.min_tilt_deg:

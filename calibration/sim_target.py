@@ -24,9 +24,12 @@ MUJOCO_TO_OPENCV_CAMERA = np.diag([1.0, -1.0, -1.0])
 class SimCalibrationRig:
     """The Panda scene plus a board. Poses are 4x4 transforms in the robot base (world) frame."""
 
-    def __init__(self, spec: BoardSpec, width: int = 640, height: int = 480, pixels_per_square: int = 120) -> None:
-        import sim_envs  # noqa: F401  (first: picks the headless GL backend)
+    def __init__(
+        self, spec: BoardSpec, width: int = 640, height: int = 480, pixels_per_square: int = 120
+    ) -> None:
         import mujoco
+
+        import sim_envs  # noqa: F401  (first: picks the headless GL backend)
         from sim_envs.rendering import make_renderer
         from sim_envs.scene import SceneConfig, build_scene_xml
 
@@ -51,7 +54,9 @@ class SimCalibrationRig:
         # The board frame of OpenCV's ChArUco model: origin at the top-left inner board corner of
         # the printed image, x along the columns, y down the rows, z into the board.
         offset = MARGIN_SQUARES * spec.square_length_m
-        self._quad_to_board = make_transform(np.diag([1.0, -1.0, -1.0]), np.array([-full_w / 2 + offset, full_h / 2 - offset, 0]))
+        self._quad_to_board = make_transform(
+            np.diag([1.0, -1.0, -1.0]), np.array([-full_w / 2 + offset, full_h / 2 - offset, 0])
+        )
         from sim_envs import panda_model
 
         mujoco.mj_resetData(self.model, self.data)
@@ -116,6 +121,7 @@ class SimCalibrationRig:
 
 _BOARD_BODY = """
     <body name="board" mocap="true" pos="0.5 0 0.3">
+      <inertial pos="0 0 0" mass="0.1" diaginertia="1e-3 1e-3 1e-3"/>
       <geom name="board_quad" type="mesh" mesh="board_quad" material="board_mat" contype="0" conaffinity="0"/>
     </body>
 """
@@ -127,7 +133,7 @@ def _board_assets(texture: Path, width: float, height: float) -> str:
     return f"""
     <texture name="board_tex" type="2d" file="{texture}"/>
     <material name="board_mat" texture="board_tex" specular="0" shininess="0" emission="0.6"/>
-    <mesh name="board_quad" vertex="{vertices}" texcoord="0 1  1 1  1 0  0 0" face="0 1 2  0 2 3"/>
+    <mesh name="board_quad" inertia="shell" vertex="{vertices}" texcoord="0 1  1 1  1 0  0 0" face="0 1 2  0 2 3"/>
 """
 
 
