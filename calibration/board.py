@@ -64,7 +64,7 @@ class BoardSpec:
 
     def render(self, pixels_per_square: int = 100, margin_squares: float = 0.5) -> np.ndarray:
         """A grey-scale image of the board with a white margin (print it, or texture a sim with it)."""
-        margin = int(round(margin_squares * pixels_per_square))
+        margin = round(margin_squares * pixels_per_square)
         size = (
             self.squares_x * pixels_per_square + 2 * margin,
             self.squares_y * pixels_per_square + 2 * margin,
@@ -88,7 +88,7 @@ def detect(image: np.ndarray, spec: BoardSpec, min_corners: int = 6) -> Detectio
     gray = image if image.ndim == 2 else cv2.cvtColor(image, cv2.COLOR_RGB2GRAY)
     board = spec.build()
     detector = cv2.aruco.CharucoDetector(board)
-    corners, ids, marker_corners, marker_ids = detector.detectBoard(gray)
+    corners, ids, _, marker_ids = detector.detectBoard(gray)
     expected = f"a {spec.squares_x}x{spec.squares_y} ChArUco board ({spec.dictionary})"
     if marker_ids is None or len(marker_ids) == 0:
         other = _other_dictionary(gray, spec)

@@ -1,22 +1,185 @@
-"""``rlinf-calibrate``: camera intrinsics, hand-eye and sim alignment."""
+"""``rlinf-calibrate``: camera intrinsics, hand-eye extrinsics and sim-camera alignment.
+
+    rlinf-calibrate board --out board.png                       # print this, measure the squares
+    rlinf-calibrate intrinsics --images DIR --serial 123456 --out cameras.json
+    rlinf-calibrate intrinsics --sim-camera front --serial sim-front --out cameras.json
+    rlinf-calibrate hand-eye --mode eye-in-hand --sim --out hand_eye.json
+    rlinf-calibrate apply-to-sim --camera front --intrinsics cameras.json --serial 123456 \\
+        --hand-eye hand_eye.json --out sim_cameras.json [--real-image front.png --report report.png]
+
+Then train or evaluate with ``env.camera_file=sim_cameras.json``. A failed calibration never
+overwrites a good file. Every error is one line that says what to do.
+"""
 
 from __future__ import annotations
 
 import argparse
+import json
 import sys
+from pathlib import Path
+
+import numpy as np
+
+from calibration.board import BoardSpec, CalibrationError
+
+IMAGE_SUFFIXES = (".png", ".jpg", ".jpeg", ".bmp")
+
+
+def add_board_args(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--board", default="7x5", help="squares, columns x rows (default 7x5)")
+    parser.add_argument("--square", type=float, default=0.04, help="square side in metres")
+    parser.add_argument("--marker", type=float, default=0.03, help="marker side in metres")
+    parser.add_argument("--dictionary", default="DICT_5X5_100")
+
+
+def board_from_args(args: argparse.Namespace) -> BoardSpec:
+    try:
+        columns, rows = (int(v) for v in args.board.lower().split("x"))
+    except ValueError:
+        raise CalibrationError(f"--board must look like 7x5, got {args.board!r}") from None
+    return BoardSpec(columns, rows, args.square, args.marker, args.dictionary)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="rlinf-calibrate", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    sub = parser.add_subparsers(dest="command", required=True)
+    board = sub.add_parser("board", help="write a printable image of the ChArUco board")
+    add_board_args(board)
+    board.add_argument("--out", type=Path, required=True)
+    board.add_argument("--pixels-per-square", type=int, default=200)
+
+    intrinsics = sub.add_parser("intrinsics", help="K, distortion and RMS error from board views")
+    add_board_args(intrinsics)
+    source = intrinsics.add_mutually_exclusive_group(required=True)
+    source.add_argument("--images", type=Path, help="a folder of photos of the board")
+    source.add_argument(
+        "--sim-camera", choices=("front", "wrist"), help="render the views in the MuJoCo scene"
+    )
+    intrinsics.add_argument("--views", type=int, default=20, help="views to render with --sim-camera")
+    intrinsics.add_argument("--serial", required=True, help="the camera's serial number (the file's key)")
+    intrinsics.add_argument("--out", type=Path, default=Path("cameras.json"))
+
+    hand_eye = sub.add_parser("hand-eye", help="camera pose on the gripper or in the base frame (AX = XB)")
+    add_board_args(hand_eye)
+    hand_eye.add_argument("--mode", choices=("eye-in-hand", "eye-to-hand"), required=True)
+    hand_eye.add_argument(
+        "--sim", action="store_true", required=True, help="run unattended in the MuJoCo scene"
+    )
+    hand_eye.add_argument("--poses", type=int, default=15)
+    hand_eye.add_argument("--out", type=Path, default=Path("hand_eye.json"))
+
+    apply = sub.add_parser("apply-to-sim", help="write measured cameras into the sim's camera file")
+    apply.add_argument("--camera", choices=("front", "wrist"), required=True)
+    apply.add_argument("--intrinsics", type=Path, required=True)
+    apply.add_argument("--serial", required=True)
+    apply.add_argument("--hand-eye", type=Path, required=True)
+    apply.add_argument("--out", type=Path, default=Path("sim_cameras.json"))
+    apply.add_argument("--real-image", type=Path, help="a real frame from the same camera, for the report")
+    apply.add_argument("--report", type=Path, help="write real | sim | overlay here")
+    return parser
+
+
+def run_board(args: argparse.Namespace) -> str:
+    from PIL import Image
+
+    spec = board_from_args(args)
+    Image.fromarray(spec.render(args.pixels_per_square)).save(args.out)
+    return (
+        f"wrote {args.out}: {spec.squares_x}x{spec.squares_y} squares of {spec.square_length_m * 1000:g} mm"
+    )
+
+
+def run_intrinsics(args: argparse.Namespace) -> str:
+    from calibration.intrinsics import calibrate_intrinsics, save_intrinsics
+
+    spec = board_from_args(args)
+    if args.images is not None:
+        images = load_images(args.images)
+    else:
+        from calibration.sim_target import SimCalibrationRig
+
+        rig = SimCalibrationRig(spec)
+        images = rig.board_views(args.sim_camera, args.views)
+        rig.close()
+    result = calibrate_intrinsics(images, spec)
+    save_intrinsics(args.out, args.serial, result)
+    return (
+        f"camera {args.serial}: fx {result.fx:.1f} fy {result.fy:.1f} cx {result.cx:.1f} cy {result.cy:.1f} px, "
+        f"RMS {result.rms_px:.3f} px over {result.views} views -> {args.out}"
+    )
+
+
+def run_hand_eye(args: argparse.Namespace) -> str:
+    from calibration.intrinsics import write_json_atomic
+    from calibration.sim_target import sim_hand_eye
+
+    result, truth_error = sim_hand_eye(board_from_args(args), args.mode, args.poses)
+    write_json_atomic(args.out, {"version": 1, **result.to_dict()})
+    return (
+        f"{args.mode}: {result.method}, residual {result.residual_mm:.2f} mm / {result.residual_deg:.3f} deg, "
+        f"methods within {result.disagreement_mm:.2f} mm / {result.disagreement_deg:.3f} deg; "
+        f"against the sim's true mount {truth_error[0]:.2f} mm / {truth_error[1]:.3f} deg -> {args.out}"
+    )
+
+
+def run_apply(args: argparse.Namespace) -> str:
+    from calibration.intrinsics import load_intrinsics
+    from calibration.sim_alignment import camera_entry, render_sim_view, side_by_side, write_camera_file
+
+    intrinsics = load_intrinsics(args.intrinsics, args.serial)
+    try:
+        hand_eye = json.loads(args.hand_eye.read_text())
+    except (OSError, ValueError) as exc:
+        raise CalibrationError(f"cannot read hand-eye file {args.hand_eye}: {exc}") from None
+    expected = "eye-to-hand" if args.camera == "front" else "eye-in-hand"
+    if hand_eye.get("mode") != expected:
+        raise CalibrationError(
+            f"the {args.camera} camera needs an {expected} result, {args.hand_eye} is {hand_eye.get('mode')}"
+        )
+    entry = camera_entry(args.camera, intrinsics, np.asarray(hand_eye["transform"]))
+    write_camera_file(args.out, {args.camera: entry})
+    message = (
+        f"{args.camera}: fovy {entry['fovy']:.2f} deg at {intrinsics.width}x{intrinsics.height} -> {args.out}"
+    )
+    if args.real_image and args.report:
+        from PIL import Image
+
+        real = np.asarray(Image.open(args.real_image).convert("RGB"))
+        sim = render_sim_view(args.camera, args.out, real.shape[1], real.shape[0])
+        Image.fromarray(side_by_side(real, sim)).save(args.report)
+        message += f"; report {args.report} (real | sim | overlay)"
+    return message
+
+
+def load_images(folder: Path) -> list[np.ndarray]:
+    from PIL import Image
+
+    if not folder.is_dir():
+        raise CalibrationError(f"--images {folder} is not a folder")
+    paths = sorted(p for p in folder.iterdir() if p.suffix.lower() in IMAGE_SUFFIXES)
+    if not paths:
+        raise CalibrationError(f"no images ({', '.join(IMAGE_SUFFIXES)}) in {folder}")
+    return [np.asarray(Image.open(p).convert("RGB")) for p in paths]
+
+
+COMMANDS = {
+    "board": run_board,
+    "intrinsics": run_intrinsics,
+    "hand-eye": run_hand_eye,
+    "apply-to-sim": run_apply,
+}
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="rlinf-calibrate", description=__doc__)
-    sub = parser.add_subparsers(dest="command", required=True)
-    for name in ("intrinsics", "hand-eye", "apply-to-sim"):
-        sub.add_parser(name, help=f"{name} (not yet)")
-    args = parser.parse_args(argv)
-    print(
-        f"rlinf-calibrate {args.command}: not yet implemented (tracked in the calibration issue)",
-        file=sys.stderr,
-    )
-    return 2
+    args = build_parser().parse_args(argv)
+    try:
+        print(COMMANDS[args.command](args))
+    except CalibrationError as exc:
+        print(f"rlinf-calibrate {args.command}: {exc}", file=sys.stderr)
+        return 2
+    return 0
 
 
 if __name__ == "__main__":

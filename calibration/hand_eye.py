@@ -147,6 +147,12 @@ def pose_set(
     return poses
 
 
+def rotation_about(axis, degrees: float) -> np.ndarray:
+    """The rotation matrix of ``degrees`` about ``axis``."""
+    axis = np.asarray(axis, float)
+    return import_cv2().Rodrigues(axis / np.linalg.norm(axis) * np.radians(degrees))[0]
+
+
 def make_transform(rotation: np.ndarray, translation: np.ndarray) -> np.ndarray:
     T = np.eye(4)
     T[:3, :3], T[:3, 3] = rotation, translation

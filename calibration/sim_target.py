@@ -12,9 +12,16 @@ from pathlib import Path
 
 import numpy as np
 
-from calibration.board import BoardSpec
-from calibration.hand_eye import make_transform
-from calibration.intrinsics import Intrinsics
+from calibration.board import BoardSpec, CalibrationError, detect
+from calibration.hand_eye import (
+    HandEyeResult,
+    board_pose,
+    make_transform,
+    pose_set,
+    rotation_about,
+    solve_hand_eye,
+)
+from calibration.intrinsics import Intrinsics, calibrate_intrinsics
 
 MARGIN_SQUARES = 0.5
 # MuJoCo cameras look along -z with +y up; OpenCV cameras look along +z with +y down.
@@ -102,6 +109,23 @@ class SimCalibrationRig:
         rotation = self.data.cam_xmat[cam].reshape(3, 3) @ MUJOCO_TO_OPENCV_CAMERA
         return make_transform(rotation, self.data.cam_xpos[cam])
 
+    def board_views(self, camera: str, count: int, seed: int = 0, noise_std: float = 2.0) -> list[np.ndarray]:
+        """``count`` views for intrinsics: the board at 0.45-0.8 m, tilted 15-40 deg, spread over the image."""
+        rng = np.random.default_rng(seed)
+        T_world_cam = self.camera_pose(camera)
+        K = self.true_intrinsics(camera).K
+        half = np.array([self.spec.width_m / 2, self.spec.height_m / 2, 0.0])
+        images = []
+        for index in range(count):
+            depth = rng.uniform(0.45, 0.8)
+            tilt = rotation_about(rng.normal(size=3) * [1, 1, 0.3], rng.uniform(15, 40))
+            # Aim the board's centre at a random image point, so the views reach into the corners.
+            u, v = rng.uniform(0.15, 0.85) * self.width, rng.uniform(0.15, 0.85) * self.height
+            centre = depth * np.array([(u - K[0, 2]) / K[0, 0], (v - K[1, 2]) / K[1, 1], 1.0])
+            self.set_board_pose(T_world_cam @ make_transform(tilt, centre - tilt @ half))
+            images.append(self.render(camera, noise_std=noise_std, seed=seed * 1000 + index))
+        return images
+
     # -- the arm ------------------------------------------------------------------------------------
     def tcp_pose(self) -> np.ndarray:
         return make_transform(self.data.site_xmat[self._tcp].reshape(3, 3), self.data.site_xpos[self._tcp])
@@ -117,6 +141,71 @@ class SimCalibrationRig:
     def close(self) -> None:
         self._renderer.close()
         self._tmp.cleanup()
+
+    # -- unattended hand-eye capture -----------------------------------------------------------------
+    def hand_eye_setup(self, mode: str) -> tuple[str, np.ndarray, np.ndarray | None, np.ndarray | None]:
+        """The camera, the centre TCP pose, and the board placement (on the table or on the gripper)."""
+        centre = self.tcp_pose()
+        if mode == "eye-in-hand":  # board on the table, the wrist camera looks down at it
+            centre[:3, 3] = (0.42, 0.0, 0.33)
+            flat = np.array([[0, 1, 0], [1, 0, 0], [0, 0, -1.0]])
+            return "wrist", centre, make_transform(flat, np.array([0.26, -0.14, 0.001])), None
+        # eye-to-hand: the board rides 5 cm in front of the gripper, facing the fixed front camera
+        centre[:3, 3] = (0.45, 0.0, 0.35)
+        T_world_cam = self.camera_pose("front")
+        toward = T_world_cam[:3, 3] - centre[:3, 3]
+        board_centre = centre[:3, 3] + 0.05 * toward / np.linalg.norm(toward)
+        half = np.array([self.spec.width_m / 2, self.spec.height_m / 2, 0.0])
+        facing = make_transform(T_world_cam[:3, :3], board_centre - T_world_cam[:3, :3] @ half)
+        return "front", centre, None, np.linalg.inv(centre) @ facing
+
+    def capture_hand_eye_pairs(
+        self, mode: str, count: int = 15, seed: int = 0, noise_std: float = 2.0
+    ) -> tuple[str, list[np.ndarray], list[np.ndarray]]:
+        """Calibrate the camera's intrinsics, then move through a pose set: for each pose where the
+        board is seen, the TCP pose reached and the board pose in the camera frame."""
+        camera, centre, on_table, on_gripper = self.hand_eye_setup(mode)
+        intrinsics = calibrate_intrinsics(self.board_views(camera, count=15, seed=seed + 11), self.spec)
+        if on_table is not None:
+            self.set_board_pose(on_table)
+        tilt, shift = (18.0, 0.05) if mode == "eye-in-hand" else (20.0, 0.06)
+        robot, boards = [], []
+        for index, target in enumerate(
+            pose_set(centre, count=count, tilt_deg=tilt, shift_m=shift, seed=seed)
+        ):
+            reached = self.move_tcp(target)
+            if on_gripper is not None:
+                self.set_board_pose(reached @ on_gripper)
+            try:
+                detection = detect(self.render(camera, noise_std=noise_std, seed=index), self.spec)
+            except CalibrationError:
+                continue  # as on a real robot: a pose that loses the board is skipped
+            robot.append(reached)
+            boards.append(board_pose(detection, intrinsics))
+        return camera, robot, boards
+
+    def true_hand_eye(self, mode: str, camera: str) -> np.ndarray:
+        """The scene's own answer: the wrist camera in the TCP frame, or the front camera in the world."""
+        if mode == "eye-in-hand":
+            return np.linalg.inv(self.tcp_pose()) @ self.camera_pose(camera)
+        return self.camera_pose(camera)
+
+
+def sim_hand_eye(
+    spec: BoardSpec, mode: str, count: int = 15, seed: int = 0
+) -> tuple[HandEyeResult, tuple[float, float]]:
+    """Run a hand-eye calibration unattended in the scene; also return its error against the truth."""
+    rig = SimCalibrationRig(spec)
+    try:
+        camera, robot, boards = rig.capture_hand_eye_pairs(mode, count, seed)
+        result = solve_hand_eye(robot, boards, mode)
+        truth = rig.true_hand_eye(mode, camera)
+    finally:
+        rig.close()
+    error_mm = float(np.linalg.norm(result.transform[:3, 3] - truth[:3, 3]) * 1000)
+    relative = result.transform[:3, :3].T @ truth[:3, :3]
+    error_deg = float(np.degrees(np.arccos(np.clip((np.trace(relative) - 1) / 2, -1, 1))))
+    return result, (error_mm, error_deg)
 
 
 _BOARD_BODY = """

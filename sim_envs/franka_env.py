@@ -23,7 +23,7 @@ from protos import (
 from sim_envs import panda_model
 from sim_envs.randomization import DomainRandomization, ModelRandomizer
 from sim_envs.rendering import make_renderer
-from sim_envs.scene import SceneConfig, build_scene_xml
+from sim_envs.scene import SceneConfig, build_scene_xml, load_camera_mounts
 from sim_envs.scene_view import FrankaSceneView
 from sim_envs.tasks import make_task
 
@@ -77,6 +77,7 @@ class FrankaEnvConfig:
     initial_joint_noise: float = 0.02
     render_size: int = 256
     randomization: DomainRandomization = field(default_factory=DomainRandomization)
+    camera_file: str = ""  # calibrated camera poses and fields of view (rlinf-calibrate apply-to-sim)
 
     def __post_init__(self) -> None:
         if self.action_mode not in (EE_DELTA_POSE_GRIPPER, JOINT_POSITION):
@@ -151,6 +152,7 @@ class FrankaEnv(gym.Env):
             arm_control=arm_control,
             offscreen_width=max(256, self.cfg.image_width, self.cfg.render_size),
             offscreen_height=max(256, self.cfg.image_height, self.cfg.render_size),
+            camera_mounts=load_camera_mounts(self.cfg.camera_file) if self.cfg.camera_file else (),
         )
         self.model = mujoco.MjModel.from_xml_string(build_scene_xml(scene_cfg))
         self.data = mujoco.MjData(self.model)

@@ -106,7 +106,7 @@ def _child_offset(i: int) -> tuple[float, float, float]:
 _LINK_RADIUS = (0.06, 0.06, 0.055, 0.055, 0.05, 0.045, 0.04)
 
 
-def panda_arm_xml() -> str:
+def panda_arm_xml(wrist_camera: str | None = None) -> str:
     """MJCF body tree of the arm and hand, to be placed inside <worldbody>."""
     arm_geom = 'class="panda_col" material="panda_white"'
     parts = [
@@ -135,7 +135,7 @@ def panda_arm_xml() -> str:
                 f'<geom type="capsule" fromto="0 0 0 {_fmt(child)}" size="{radius * 0.9}" '
                 f'{arm_geom} name="link{i + 1}_col"/>'
             )
-    parts.append(_hand_xml())
+    parts.append(_hand_xml(wrist_camera))
     parts.extend(["</body>"] * (len(PANDA_DH) + 1))
     return "\n".join(parts)
 
@@ -150,7 +150,14 @@ def look_at_xyaxes(pos, target, up=(0.0, 0.0, 1.0)) -> str:
     return _fmt((*right, *cam_up))
 
 
-def _hand_xml() -> str:
+WRIST_CAMERA_XML = (
+    f'<camera name="wrist" pos="0.07 0 0.03" '
+    f'xyaxes="{look_at_xyaxes((0.07, 0, 0.03), (0, 0, 0.25), up=(-1, 0, 0))}" fovy="70"/>'
+)
+
+
+def _hand_xml(wrist_camera: str | None = None) -> str:
+    """The hand; ``wrist_camera`` replaces the default wrist camera element (a calibrated mount)."""
     # Hand frame = flange rotated -45 deg about z, as mounted on the real robot.
     quat = _fmt((math.cos(-math.pi / 8), 0, 0, math.sin(-math.pi / 8)))
     finger = 'class="panda_finger"'
@@ -160,7 +167,7 @@ def _hand_xml() -> str:
   <geom name="hand_col" type="box" size="0.025 0.09 0.03" pos="0 0 0.03" class="panda_col" material="panda_white"/>
   <geom name="hand_cam_mount" type="box" size="0.015 0.02 0.01" pos="0.05 0 0.02" class="panda_visual" material="panda_black"/>
   <site name="tcp" pos="0 0 {HAND_TCP_Z}" size="0.005" rgba="1 0 0 0"/>
-  <camera name="wrist" pos="0.07 0 0.03" xyaxes="{look_at_xyaxes((0.07, 0, 0.03), (0, 0, 0.25), up=(-1, 0, 0))}" fovy="70"/>
+  {wrist_camera or WRIST_CAMERA_XML}
   <body name="left_finger" pos="0 0 0.0584" gravcomp="1">
     <inertial pos="0 0.01 0.04" mass="{FINGER_MASS}" diaginertia="1e-5 1e-5 1e-5"/>
     <joint name="{FINGER_JOINTS[0]}" type="slide" axis="0 1 0" range="0 {FINGER_TRAVEL}" damping="5" armature="0.1"/>

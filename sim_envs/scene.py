@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass
+from pathlib import Path
 
 from sim_envs import panda_model
 
@@ -10,6 +12,45 @@ TABLE_TOP_Z = 0.0  # the robot base stands on the table top, at the world origin
 TABLE_MATERIALS = ("table_wood", "table_checker", "table_grid")
 FRONT_CAMERA_POS = (1.1, 0.0, 0.6)
 FRONT_CAMERA_TARGET = (0.35, 0.0, 0.12)
+
+
+@dataclass(frozen=True)
+class CameraMount:
+    """A calibrated camera: pose in its parent frame (the world for ``front``, the hand for ``wrist``)
+    as a position and MuJoCo ``xyaxes``, and the vertical field of view in degrees."""
+
+    name: str
+    pos: tuple[float, float, float]
+    xyaxes: tuple[float, float, float, float, float, float]
+    fovy: float
+
+    def xml(self) -> str:
+        pos = " ".join(f"{v:.6f}" for v in self.pos)
+        xyaxes = " ".join(f"{v:.6f}" for v in self.xyaxes)
+        return f'<camera name="{self.name}" pos="{pos}" xyaxes="{xyaxes}" fovy="{self.fovy:.4f}"/>'
+
+
+CAMERA_FILE_VERSION = 1
+
+
+def load_camera_mounts(path: str) -> tuple[CameraMount, ...]:
+    """Read a camera file written by ``rlinf-calibrate apply-to-sim``."""
+    try:
+        data = json.loads(Path(path).read_text())
+    except (OSError, ValueError) as exc:
+        raise ValueError(f"cannot read camera file {path}: {exc}") from None
+    if data.get("version") != CAMERA_FILE_VERSION:
+        raise ValueError(
+            f"camera file {path} has version {data.get('version')}, expected {CAMERA_FILE_VERSION}"
+        )
+    mounts = []
+    for name, cam in data["cameras"].items():
+        if name not in ("front", "wrist"):
+            raise ValueError(
+                f"camera file {path}: unknown camera {name!r}; the scene has 'front' and 'wrist'"
+            )
+        mounts.append(CameraMount(name, tuple(cam["pos"]), tuple(cam["xyaxes"]), float(cam["fovy"])))
+    return tuple(mounts)
 
 
 @dataclass(frozen=True)
@@ -23,6 +64,7 @@ class SceneConfig:
     physics_dt: float = 0.005
     arm_control: str = "cartesian"  # or "joint_position"
     front_fovy: float = 55.0
+    camera_mounts: tuple[CameraMount, ...] = ()  # calibrated cameras replacing the defaults
     offscreen_width: int = 256  # the largest image any camera (or the display view) renders
     offscreen_height: int = 256
 
@@ -39,8 +81,12 @@ def build_scene_xml(cfg: SceneConfig) -> str:
         friction="{cfg.cube_friction} 0.02 0.001" condim="4" contype="1" conaffinity="3"
         solref="0.01 1" solimp="0.95 0.99 0.001"/>
 </body>"""
+    mounts = {m.name: m.xml() for m in cfg.camera_mounts}
     front_xyaxes = panda_model.look_at_xyaxes(FRONT_CAMERA_POS, FRONT_CAMERA_TARGET)
     pos = " ".join(str(v) for v in FRONT_CAMERA_POS)
+    front_camera = mounts.get(
+        "front", f'<camera name="front" pos="{pos}" xyaxes="{front_xyaxes}" fovy="{cfg.front_fovy}"/>'
+    )
     return f"""
 <mujoco model="rlinf_franka_tabletop">
   <compiler angle="radian" autolimits="true"/>
@@ -72,8 +118,8 @@ def build_scene_xml(cfg: SceneConfig) -> str:
     <geom name="floor" type="plane" size="3 3 0.1" pos="0 0 -0.75" material="floor" contype="1" conaffinity="3"/>
     <geom name="table" type="box" size="0.55 0.7 0.02" pos="0.45 0 {TABLE_TOP_Z - 0.02}" material="table_wood"
           contype="1" conaffinity="3" friction="0.8 0.02 0.001"/>
-    <camera name="front" pos="{pos}" xyaxes="{front_xyaxes}" fovy="{cfg.front_fovy}"/>
-    {panda_model.panda_arm_xml()}
+    {front_camera}
+    {panda_model.panda_arm_xml(mounts.get("wrist"))}
     {panda_model.tcp_target_xml() if cfg.arm_control == "cartesian" else ""}
     {cube}
     <body name="goal" mocap="true" pos="0.5 0.2 0.2">

@@ -13,7 +13,6 @@ from calibration.intrinsics import (
     save_intrinsics,
 )
 from calibration.sim_target import SimCalibrationRig
-from tests.calibration.views import board_views
 
 SPEC = BoardSpec()
 
@@ -27,7 +26,7 @@ def rig():
 
 @pytest.mark.slow
 def test_recovers_the_sim_cameras_intrinsics(rig):
-    images = board_views(rig, "front", count=20, seed=1)
+    images = rig.board_views("front", count=20, seed=1)
     result = calibrate_intrinsics(images, SPEC)
     truth = rig.true_intrinsics("front")
     assert result.fx == pytest.approx(truth.fx, rel=0.01)
@@ -38,7 +37,7 @@ def test_recovers_the_sim_cameras_intrinsics(rig):
 
 
 def test_too_few_views_and_poor_coverage_are_rejected_with_what_to_do(rig):
-    images = board_views(rig, "front", count=4, seed=2)
+    images = rig.board_views("front", count=4, seed=2)
     with pytest.raises(CalibrationError, match="4 usable views, need 10: capture more views"):
         calibrate_intrinsics(images, SPEC)
     # Twelve views, all with the board in the same spot in the middle of the image.
@@ -60,7 +59,7 @@ def test_no_board_and_wrong_board_are_one_line_errors(rig):
         CalibrationError, match=r"no board in view: expected a 7x5 ChArUco board \(DICT_5X5_100\)"
     ):
         detect(empty, SPEC)
-    image = board_views(rig, "front", count=1, seed=3)[0]
+    image = rig.board_views("front", count=1, seed=3)[0]
     with pytest.raises(CalibrationError, match="DICT_5X5_100 are visible: wrong dictionary"):
         detect(image, BoardSpec(dictionary="DICT_4X4_50"))
     with pytest.raises(CalibrationError, match="unknown ArUco dictionary"):
@@ -68,7 +67,7 @@ def test_no_board_and_wrong_board_are_one_line_errors(rig):
 
 
 def test_results_are_saved_by_serial_and_a_failure_never_overwrites(rig, tmp_path):
-    images = board_views(rig, "front", count=12, seed=4)
+    images = rig.board_views("front", count=12, seed=4)
     result = calibrate_intrinsics(images, SPEC)
     path = tmp_path / "cameras.json"
     save_intrinsics(path, "123456", result)
