@@ -67,7 +67,7 @@ def build_parser() -> argparse.ArgumentParser:
     hand_eye.add_argument(
         "--sim", action="store_true", required=True, help="run unattended in the MuJoCo scene"
     )
-    hand_eye.add_argument("--poses", type=int, default=15)
+    hand_eye.add_argument("--poses", type=int, default=20)
     hand_eye.add_argument("--out", type=Path, default=Path("hand_eye.json"))
 
     apply = sub.add_parser("apply-to-sim", help="write measured cameras into the sim's camera file")

@@ -12,6 +12,7 @@ from pathlib import Path
 
 import numpy as np
 
+import sim_envs  # noqa: F401  (before mujoco: it picks the headless GL backend)
 from calibration.board import BoardSpec, CalibrationError, detect
 from calibration.hand_eye import (
     HandEyeResult,
@@ -36,7 +37,6 @@ class SimCalibrationRig:
     ) -> None:
         import mujoco
 
-        import sim_envs  # noqa: F401  (first: picks the headless GL backend)
         from sim_envs.rendering import make_renderer
         from sim_envs.scene import SceneConfig, build_scene_xml
 
@@ -110,14 +110,16 @@ class SimCalibrationRig:
         return make_transform(rotation, self.data.cam_xpos[cam])
 
     def board_views(self, camera: str, count: int, seed: int = 0, noise_std: float = 2.0) -> list[np.ndarray]:
-        """``count`` views for intrinsics: the board at 0.45-0.8 m, tilted 15-40 deg, spread over the image."""
+        """``count`` views for intrinsics: the board tilted 15-40 deg and spread over the image, at
+        0.45-0.8 m from the front camera, 0.22-0.4 m from the wrist camera (above the table)."""
+        near, far = (0.22, 0.4) if camera == "wrist" else (0.45, 0.8)
         rng = np.random.default_rng(seed)
         T_world_cam = self.camera_pose(camera)
         K = self.true_intrinsics(camera).K
         half = np.array([self.spec.width_m / 2, self.spec.height_m / 2, 0.0])
         images = []
         for index in range(count):
-            depth = rng.uniform(0.45, 0.8)
+            depth = rng.uniform(near, far)
             tilt = rotation_about(rng.normal(size=3) * [1, 1, 0.3], rng.uniform(15, 40))
             # Aim the board's centre at a random image point, so the views reach into the corners.
             u, v = rng.uniform(0.15, 0.85) * self.width, rng.uniform(0.15, 0.85) * self.height
@@ -192,7 +194,7 @@ class SimCalibrationRig:
 
 
 def sim_hand_eye(
-    spec: BoardSpec, mode: str, count: int = 15, seed: int = 0
+    spec: BoardSpec, mode: str, count: int = 20, seed: int = 0
 ) -> tuple[HandEyeResult, tuple[float, float]]:
     """Run a hand-eye calibration unattended in the scene; also return its error against the truth."""
     rig = SimCalibrationRig(spec)
