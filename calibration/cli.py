@@ -32,6 +32,35 @@ def add_board_args(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--dictionary", default="DICT_5X5_100")
 
 
+def add_camera_args(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--camera-serial", default="", help="live camera: its serial number")
+    parser.add_argument("--camera-device", default="0", help="opencv camera: index or device path")
+    parser.add_argument("--width", type=int, default=640)
+    parser.add_argument("--height", type=int, default=480)
+    parser.add_argument("--fps", type=float, default=30.0)
+
+
+def open_camera(args: argparse.Namespace):
+    """A started camera of the agent's camera interface; its errors become one line."""
+    from robot_agent.cameras import CameraConfig, CameraError, make_camera
+
+    config = CameraConfig(
+        args.camera_kind,
+        "calibration",
+        args.width,
+        args.height,
+        args.fps,
+        args.camera_serial,
+        args.camera_device,
+    )
+    try:
+        camera = make_camera(config).start()
+        camera.wait_for_frame(5.0)
+    except CameraError as exc:
+        raise CalibrationError(str(exc)) from None
+    return camera
+
+
 def board_from_args(args: argparse.Namespace) -> BoardSpec:
     try:
         columns, rows = (int(v) for v in args.board.lower().split("x"))
@@ -57,6 +86,10 @@ def build_parser() -> argparse.ArgumentParser:
     source.add_argument(
         "--sim-camera", choices=("front", "wrist"), help="render the views in the MuJoCo scene"
     )
+    source.add_argument(
+        "--camera-kind", choices=("realsense", "zed", "opencv"), help="capture from a live camera"
+    )
+    add_camera_args(intrinsics)
     intrinsics.add_argument("--views", type=int, default=20, help="views to render with --sim-camera")
     intrinsics.add_argument("--serial", required=True, help="the camera's serial number (the file's key)")
     intrinsics.add_argument("--out", type=Path, default=Path("cameras.json"))
@@ -64,8 +97,16 @@ def build_parser() -> argparse.ArgumentParser:
     hand_eye = sub.add_parser("hand-eye", help="camera pose on the gripper or in the base frame (AX = XB)")
     add_board_args(hand_eye)
     hand_eye.add_argument("--mode", choices=("eye-in-hand", "eye-to-hand"), required=True)
+    where = hand_eye.add_mutually_exclusive_group(required=True)
+    where.add_argument("--sim", action="store_true", help="run unattended in the MuJoCo scene")
+    where.add_argument(
+        "--robot", help="a robot_agent driver kind (franka, sim-twin, ...): asks before each move"
+    )
+    hand_eye.add_argument("--robot-config", type=Path, help="the robot's config file (its [driver] section)")
+    hand_eye.add_argument("--camera-kind", choices=("realsense", "zed", "opencv"))
+    add_camera_args(hand_eye)
     hand_eye.add_argument(
-        "--sim", action="store_true", required=True, help="run unattended in the MuJoCo scene"
+        "--intrinsics", type=Path, help="with --robot: the intrinsics file (keyed by --camera-serial)"
     )
     hand_eye.add_argument("--poses", type=int, default=20)
     hand_eye.add_argument("--out", type=Path, default=Path("hand_eye.json"))
@@ -97,6 +138,19 @@ def run_intrinsics(args: argparse.Namespace) -> str:
     spec = board_from_args(args)
     if args.images is not None:
         images = load_images(args.images)
+    elif args.camera_kind is not None:
+        from calibration.capture import ask
+
+        camera = open_camera(args)
+        images = []
+        try:
+            for index in range(args.views):
+                if ask(
+                    f"view {index + 1}/{args.views}: place the board (vary distance, tilt, image corner), hold still"
+                ):
+                    images.append(camera.read_latest(max_age_s=0.2).image)
+        finally:
+            camera.stop()
     else:
         from calibration.sim_target import SimCalibrationRig
 
@@ -113,6 +167,14 @@ def run_intrinsics(args: argparse.Namespace) -> str:
 
 def run_hand_eye(args: argparse.Namespace) -> str:
     from calibration.intrinsics import write_json_atomic
+
+    if args.robot:
+        result = robot_hand_eye(args)
+        write_json_atomic(args.out, {"version": 1, **result.to_dict()})
+        return (
+            f"{args.mode}: {result.method}, residual {result.residual_mm:.2f} mm / {result.residual_deg:.3f} deg, "
+            f"methods within {result.disagreement_mm:.2f} mm / {result.disagreement_deg:.3f} deg -> {args.out}"
+        )
     from calibration.sim_target import sim_hand_eye
 
     result, truth_error = sim_hand_eye(board_from_args(args), args.mode, args.poses)
@@ -151,6 +213,39 @@ def run_apply(args: argparse.Namespace) -> str:
         Image.fromarray(side_by_side(real, sim)).save(args.report)
         message += f"; report {args.report} (real | sim | overlay)"
     return message
+
+
+def robot_hand_eye(args: argparse.Namespace):
+    """Guided capture on a real robot: every move is confirmed by the person at the robot."""
+    from calibration.capture import DriverRig, ask, guided_capture
+    from calibration.hand_eye import pose_set, solve_hand_eye
+    from calibration.intrinsics import load_intrinsics
+    from robot_agent.config import AgentConfigError, load_config_file
+    from robot_agent.drivers import DriverError, UnknownDriverError, make_driver
+
+    if not (args.camera_kind and args.intrinsics):
+        raise CalibrationError(
+            "--robot needs --camera-kind (and --camera-serial) and --intrinsics from `intrinsics`"
+        )
+    intrinsics = load_intrinsics(args.intrinsics, args.camera_serial or args.camera_kind)
+    try:
+        config = load_config_file(args.robot_config) if args.robot_config else {}
+        driver = make_driver(args.robot, config.get("driver", {}))
+    except (AgentConfigError, UnknownDriverError, DriverError, ImportError) as exc:
+        raise CalibrationError(str(exc)) from None
+    camera = open_camera(args)
+    try:
+        rig = DriverRig(driver, {"calibration": lambda: camera.read_latest(max_age_s=0.2).image})
+        poses = pose_set(rig.tcp_pose(), count=args.poses, tilt_deg=15.0, shift_m=0.04)
+        robot, boards, skipped = guided_capture(
+            rig, "calibration", poses, intrinsics, board_from_args(args), confirm=ask, settle_s=0.5
+        )
+        for reason in skipped:
+            print(reason, file=sys.stderr)
+        return solve_hand_eye(robot, boards, args.mode)
+    finally:
+        camera.stop()
+        driver.close()
 
 
 def load_images(folder: Path) -> list[np.ndarray]:

@@ -13,15 +13,9 @@ from pathlib import Path
 import numpy as np
 
 import sim_envs  # noqa: F401  (before mujoco: it picks the headless GL backend)
-from calibration.board import BoardSpec, CalibrationError, detect
-from calibration.hand_eye import (
-    HandEyeResult,
-    board_pose,
-    make_transform,
-    pose_set,
-    rotation_about,
-    solve_hand_eye,
-)
+from calibration.board import BoardSpec
+from calibration.capture import guided_capture
+from calibration.hand_eye import HandEyeResult, make_transform, pose_set, rotation_about, solve_hand_eye
 from calibration.intrinsics import Intrinsics, calibrate_intrinsics
 
 MARGIN_SQUARES = 0.5
@@ -58,6 +52,7 @@ class SimCalibrationRig:
         self._target_mocap = self.model.body("tcp_target").mocapid[0]
         self._tcp = self.model.site("tcp").id
         self._renderer = make_renderer(self.model, height, width)
+        self._noise = (0.0, 0)  # (sigma, next seed) for renders that do not pass their own
         # The board frame of OpenCV's ChArUco model: origin at the top-left inner board corner of
         # the printed image, x along the columns, y down the rows, z into the board.
         offset = MARGIN_SQUARES * spec.square_length_m
@@ -86,8 +81,11 @@ class SimCalibrationRig:
         return T_quad @ self._quad_to_board
 
     # -- cameras ------------------------------------------------------------------------------------
-    def render(self, camera: str, noise_std: float = 0.0, seed: int = 0) -> np.ndarray:
+    def render(self, camera: str, noise_std: float | None = None, seed: int | None = None) -> np.ndarray:
         """An RGB image from ``camera``, with optional Gaussian sensor noise (intensity units)."""
+        if noise_std is None:  # the rig's default noise, a fresh draw per frame
+            noise_std, seed = self._noise[0], self._noise[1]
+            self._noise = (noise_std, seed + 1)
         self._renderer.update_scene(self.data, camera=camera)
         image = self._renderer.render()
         if noise_std > 0:
@@ -171,19 +169,10 @@ class SimCalibrationRig:
         if on_table is not None:
             self.set_board_pose(on_table)
         tilt, shift = (18.0, 0.05) if mode == "eye-in-hand" else (20.0, 0.06)
-        robot, boards = [], []
-        for index, target in enumerate(
-            pose_set(centre, count=count, tilt_deg=tilt, shift_m=shift, seed=seed)
-        ):
-            reached = self.move_tcp(target)
-            if on_gripper is not None:
-                self.set_board_pose(reached @ on_gripper)
-            try:
-                detection = detect(self.render(camera, noise_std=noise_std, seed=index), self.spec)
-            except CalibrationError:
-                continue  # as on a real robot: a pose that loses the board is skipped
-            robot.append(reached)
-            boards.append(board_pose(detection, intrinsics))
+        poses = pose_set(centre, count=count, tilt_deg=tilt, shift_m=shift, seed=seed)
+        self._noise = (noise_std, 0)
+        robot, boards, _ = guided_capture(self, camera, poses, intrinsics, self.spec, on_gripper=on_gripper)
+        self._noise = (0.0, 0)
         return camera, robot, boards
 
     def true_hand_eye(self, mode: str, camera: str) -> np.ndarray:

@@ -116,3 +116,14 @@ def test_a_folder_without_the_board_says_what_was_expected(tmp_path):
     assert result.returncode == 2
     assert "no board in view: expected a 7x5 ChArUco board (DICT_5X5_100)" in result.stderr
     assert not (tmp_path / "c.json").exists()
+
+
+def test_a_live_camera_that_is_not_there_is_one_line(tmp_path):
+    out = str(tmp_path / "out.json")
+    result = run(
+        "intrinsics", "--camera-kind", "realsense", "--camera-serial", "123", "--serial", "123", "--out", out
+    )
+    assert result.returncode == 2
+    assert "the realsense camera needs pyrealsense2" in result.stderr and "Traceback" not in result.stderr
+    result = run("hand-eye", "--mode", "eye-in-hand", "--robot", "franka", "--out", out)
+    assert result.returncode == 2 and "--robot needs --camera-kind" in result.stderr

@@ -59,3 +59,50 @@ def test_inconsistent_pairs_make_the_methods_disagree():
     ]
     with pytest.raises(CalibrationError, match="methods disagree"):
         solve_hand_eye(A, B, "eye-in-hand")
+
+
+def test_guided_capture_asks_before_each_move_and_skips_what_it_cannot_use(rig):
+    from calibration.capture import guided_capture
+
+    camera, centre, on_table, _ = rig.hand_eye_setup("eye-in-hand")
+    rig.set_board_pose(on_table)
+    poses = [centre.copy() for _ in range(4)]
+    poses[3][:3, 3] += (0.0, 0.6, 0.0)  # swings the camera off the board
+    asked = []
+
+    def operator(prompt: str) -> bool:
+        asked.append(prompt)
+        return len(asked) != 2  # the person declines the second move
+
+    robot, boards, skipped = guided_capture(
+        rig, camera, poses, rig.true_intrinsics(camera), SPEC, confirm=operator
+    )
+    assert len(asked) == 4 and asked[0].startswith("pose 1/4: move the TCP to (0.420, 0.000, 0.330)")
+    assert len(robot) == len(boards) == 2
+    assert skipped[0] == "pose 2: skipped by the operator"
+    assert skipped[1].startswith("pose 4: no board in view")
+
+
+@pytest.mark.slow
+def test_driver_rig_moves_a_robot_driver_to_poses_through_its_safety_filter():
+    from calibration.capture import DriverRig
+    from robot_agent.drivers import make_driver
+
+    driver = make_driver("sim-twin", {"task": "reach", "cameras": [], "randomization": "none"})
+    try:
+        driver.reset(seed=0)
+        rig = DriverRig(driver, {})
+        start = rig.tcp_pose()
+        target = make_transform(
+            rotation_about([1, 0, 0], 10) @ start[:3, :3], start[:3, 3] + np.array([0.08, -0.05, -0.1])
+        )
+        reached = rig.move_tcp(target, timeout_s=60)
+        assert np.linalg.norm(reached[:3, 3] - target[:3, 3]) < 0.002
+        assert angle_deg(reached, target) < 0.5
+        outside = make_transform(
+            start[:3, :3], start[:3, 3] + np.array([0.0, 0.0, 0.4])
+        )  # above the safety box
+        with pytest.raises(CalibrationError, match="inside the safety workspace"):
+            rig.move_tcp(outside, timeout_s=3)
+    finally:
+        driver.close()
