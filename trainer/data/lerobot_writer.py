@@ -1,0 +1,389 @@
+"""Episodes recorded in the LeRobot v3 dataset layout, crash-safe.
+
+    root/meta/info.json                              features, fps, path templates, totals
+    root/meta/stats.json                             per-feature min / max / mean / std / count
+    root/meta/tasks.parquet                          task text (index) -> task_index
+    root/meta/episodes/chunk-000/file-000.parquet    one row per episode: length, data and video locations
+    root/data/chunk-000/file-XXX.parquet             one row per frame
+    root/videos/<camera key>/chunk-000/file-XXX.mp4  one stream per camera (PyAV)
+
+Each episode gets its own data and video files (``file_index`` = episode index within its chunk),
+so finishing an episode never rewrites another's frames. Files are written under ``.staging/`` and
+renamed into place, then the metadata is replaced atomically, ``info.json`` last: a killed process
+leaves every completed episode readable. Files that no episode row refers to (a crash between the
+rename and the metadata) are removed when the dataset is opened again.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+
+CODEBASE_VERSION = "v3.0"
+CHUNKS_SIZE = 1000
+DATA_PATH = "data/chunk-{chunk_index:03d}/file-{file_index:03d}.parquet"
+VIDEO_PATH = "videos/{video_key}/chunk-{chunk_index:03d}/file-{file_index:03d}.mp4"
+EPISODES_PATH = "meta/episodes/chunk-000/file-000.parquet"
+
+
+class DatasetError(ValueError):
+    """The dataset on disk does not match what is being written to it."""
+
+
+@dataclass
+class EpisodeFrames:
+    """One episode, frame by frame: images per camera, vectors and scalars per feature, one task."""
+
+    task: str
+    images: dict[str, list[np.ndarray]]  # camera name -> frames (uint8 HxWx3)
+    vectors: dict[str, np.ndarray]  # e.g. "observation.state" -> float32 [T, D], "action" -> [T, A]
+    scalars: dict[str, np.ndarray] = field(default_factory=dict)  # e.g. "next.reward" -> [T]
+
+    @property
+    def length(self) -> int:
+        lengths = {len(v) for v in self.vectors.values()} | {len(v) for v in self.images.values()}
+        lengths |= {len(v) for v in self.scalars.values()}
+        if len(lengths) != 1:
+            raise DatasetError(f"episode features have different lengths {sorted(lengths)}")
+        return lengths.pop()
+
+
+class LeRobotWriter:
+    """Appends episodes to a LeRobot v3 dataset at ``root`` (created, or reopened to append)."""
+
+    def __init__(
+        self, root: str | Path, fps: float, robot_type: str = "", video_codec: str = "libx264"
+    ) -> None:
+        self.root = Path(root)
+        self.fps, self.robot_type, self.video_codec = fps, robot_type, video_codec
+        self.info: dict | None = None
+        self.episodes: list[dict] = []
+        self.tasks: dict[str, int] = {}
+        self.stats: dict[str, dict] = {}
+        if (self.root / "meta" / "info.json").exists():
+            self._reopen()
+
+    # -- writing ------------------------------------------------------------------------------------
+    def add_episode(self, episode: EpisodeFrames) -> int:
+        """Write one episode; returns its ``episode_index``. Durable once this returns."""
+        length = episode.length
+        if length == 0:
+            raise DatasetError("an episode needs at least one frame")
+        if self.info is None:
+            self.info = self._new_info(episode)
+        self._check_features(episode)
+        index = len(self.episodes)
+        chunk, file = divmod(index, CHUNKS_SIZE)
+        task_index = self.tasks.setdefault(episode.task, len(self.tasks))
+        first_frame = sum(e["length"] for e in self.episodes)
+        staging = self.root / ".staging"
+        staging.mkdir(parents=True, exist_ok=True)
+        moves = []
+        data_path = DATA_PATH.format(chunk_index=chunk, file_index=file)
+        self._write_frames(staging / "data.parquet", episode, index, first_frame, task_index)
+        moves.append((staging / "data.parquet", self.root / data_path))
+        row = {
+            "episode_index": index,
+            "tasks": [episode.task],
+            "length": length,
+            "data/chunk_index": chunk,
+            "data/file_index": file,
+            "dataset_from_index": first_frame,
+            "dataset_to_index": first_frame + length,
+            "meta/episodes/chunk_index": 0,
+            "meta/episodes/file_index": 0,
+        }
+        for camera, frames in episode.images.items():
+            key = f"observation.images.{camera}"
+            staged = staging / f"{camera}.mp4"
+            self._write_video(staged, frames)
+            moves.append(
+                (staged, self.root / VIDEO_PATH.format(video_key=key, chunk_index=chunk, file_index=file))
+            )
+            row.update({
+                f"videos/{key}/chunk_index": chunk,
+                f"videos/{key}/file_index": file,
+                f"videos/{key}/from_timestamp": 0.0,
+                f"videos/{key}/to_timestamp": length / self.fps,
+            })  # fmt: skip
+        episode_stats = self._episode_stats(episode, index, task_index, first_frame)
+        for name, values in episode_stats.items():
+            for stat, value in values.items():
+                row[f"stats/{name}/{stat}"] = np.asarray(value).tolist()
+        for source, target in moves:
+            target.parent.mkdir(parents=True, exist_ok=True)
+            os.replace(source, target)
+        self.episodes.append(row)
+        self._merge_stats(episode_stats)
+        self._commit()
+        return index
+
+    # -- files --------------------------------------------------------------------------------------
+    def _write_frames(
+        self, path: Path, episode: EpisodeFrames, index: int, first: int, task_index: int
+    ) -> None:
+        import pyarrow as pa
+        import pyarrow.parquet as pq
+
+        n = episode.length
+        columns = {
+            name: pa.array(list(np.asarray(v, np.float32)), type=pa.list_(pa.float32()))
+            for name, v in episode.vectors.items()
+        }
+        for name, values in episode.scalars.items():
+            values = np.asarray(values)
+            columns[name] = pa.array(values.astype(bool if values.dtype == bool else np.float32))
+        columns.update({
+            "timestamp": pa.array(np.arange(n, dtype=np.float32) / np.float32(self.fps)),
+            "frame_index": pa.array(np.arange(n, dtype=np.int64)),
+            "episode_index": pa.array(np.full(n, index, np.int64)),
+            "index": pa.array(np.arange(first, first + n, dtype=np.int64)),
+            "task_index": pa.array(np.full(n, task_index, np.int64)),
+        })  # fmt: skip
+        _durable(lambda p: pq.write_table(pa.table(columns), p), path)
+
+    def _write_video(self, path: Path, frames: list[np.ndarray]) -> None:
+        import av
+
+        height, width = frames[0].shape[:2]
+
+        def write(target: Path) -> None:
+            with av.open(str(target), "w", format="mp4") as container:
+                stream = container.add_stream(self.video_codec, rate=round(self.fps))
+                stream.width, stream.height, stream.pix_fmt = width, height, "yuv420p"
+                for image in frames:
+                    for packet in stream.encode(
+                        av.VideoFrame.from_ndarray(np.ascontiguousarray(image), format="rgb24")
+                    ):
+                        container.mux(packet)
+                for packet in stream.encode():
+                    container.mux(packet)
+
+        _durable(write, path)
+
+    def _commit(self) -> None:
+        """Replace the metadata atomically; ``info.json`` (the totals) goes last."""
+        import pandas as pd
+
+        meta = self.root / "meta"
+        episodes_path = self.root / EPISODES_PATH
+        episodes_path.parent.mkdir(parents=True, exist_ok=True)
+        _durable(lambda p: pd.DataFrame(self.episodes).to_parquet(p, index=False), episodes_path)
+        tasks = pd.DataFrame(
+            {"task_index": list(self.tasks.values())}, index=pd.Index(list(self.tasks), name="task")
+        )
+        _durable(lambda p: tasks.to_parquet(p), meta / "tasks.parquet")
+        _durable(lambda p: p.write_text(json.dumps(self._stats_json(), indent=2)), meta / "stats.json")
+        assert self.info is not None
+        self.info.update(
+            total_episodes=len(self.episodes),
+            total_frames=sum(e["length"] for e in self.episodes),
+            total_tasks=len(self.tasks),
+            splits={"train": f"0:{len(self.episodes)}"},
+        )
+        _durable(lambda p: p.write_text(json.dumps(self.info, indent=2)), meta / "info.json")
+
+    # -- features and stats ------------------------------------------------------------------------
+    def _new_info(self, episode: EpisodeFrames) -> dict:
+        features: dict[str, dict] = {}
+        for camera, frames in episode.images.items():
+            height, width = frames[0].shape[:2]
+            features[f"observation.images.{camera}"] = {
+                "dtype": "video",
+                "shape": [height, width, 3],
+                "names": ["height", "width", "channels"],
+                "info": {
+                    "video.height": height,
+                    "video.width": width,
+                    "video.codec": {"libx264": "h264", "libsvtav1": "av1"}.get(
+                        self.video_codec, self.video_codec
+                    ),
+                    "video.pix_fmt": "yuv420p",
+                    "video.is_depth_map": False,
+                    "video.fps": self.fps,
+                    "video.channels": 3,
+                    "has_audio": False,
+                },
+            }
+        for name, values in episode.vectors.items():
+            features[name] = {"dtype": "float32", "shape": [int(np.asarray(values).shape[1])], "names": None}
+        for name, values in episode.scalars.items():
+            dtype = "bool" if np.asarray(values).dtype == bool else "float32"
+            features[name] = {"dtype": dtype, "shape": [1], "names": None}
+        for name, dtype in (
+            ("timestamp", "float32"),
+            ("frame_index", "int64"),
+            ("episode_index", "int64"),
+            ("index", "int64"),
+            ("task_index", "int64"),
+        ):
+            features[name] = {"dtype": dtype, "shape": [1], "names": None}
+        return {
+            "codebase_version": CODEBASE_VERSION,
+            "robot_type": self.robot_type,
+            "total_episodes": 0,
+            "total_frames": 0,
+            "total_tasks": 0,
+            "chunks_size": CHUNKS_SIZE,
+            "data_files_size_in_mb": 100,
+            "video_files_size_in_mb": 500,
+            "fps": self.fps,
+            "splits": {},
+            "data_path": DATA_PATH,
+            "video_path": VIDEO_PATH,
+            "features": features,
+        }
+
+    def _check_features(self, episode: EpisodeFrames) -> None:
+        assert self.info is not None
+        features = self.info["features"]
+        given = (
+            {f"observation.images.{c}" for c in episode.images} | set(episode.vectors) | set(episode.scalars)
+        )
+        expected = {
+            k
+            for k in features
+            if k not in ("timestamp", "frame_index", "episode_index", "index", "task_index")
+        }
+        if given != expected:
+            raise DatasetError(
+                f"episode features {sorted(given)} differ from the dataset's {sorted(expected)}"
+            )
+        for name, values in episode.vectors.items():
+            if [int(np.asarray(values).shape[1])] != features[name]["shape"]:
+                raise DatasetError(
+                    f"{name} has shape {np.asarray(values).shape[1:]}, the dataset {features[name]['shape']}"
+                )
+
+    def _episode_stats(
+        self, episode: EpisodeFrames, index: int, task_index: int, first: int
+    ) -> dict[str, dict]:
+        stats = {}
+        for name, values in {
+            **episode.vectors,
+            **{k: np.asarray(v, np.float32)[:, None] for k, v in episode.scalars.items()},
+        }.items():
+            stats[name] = _stats(np.asarray(values, np.float64))
+        for camera, frames in episode.images.items():
+            pixels = np.stack(frames[:: max(1, len(frames) // 20)]).astype(np.float64) / 255.0  # subsampled
+            per_channel = pixels.reshape(-1, 3)
+            stats[f"observation.images.{camera}"] = {
+                k: np.asarray(v).reshape(3, 1, 1).tolist() if k != "count" else v
+                for k, v in _stats(per_channel).items()
+            }
+        n = episode.length
+        for name, values in (
+            ("timestamp", np.arange(n) / self.fps),
+            ("frame_index", np.arange(n)),
+            ("episode_index", np.full(n, index)),
+            ("index", np.arange(first, first + n)),
+            ("task_index", np.full(n, task_index)),
+        ):
+            stats[name] = _stats(np.asarray(values, np.float64)[:, None])
+        return stats
+
+    def _merge_stats(self, episode: dict[str, dict]) -> None:
+        for name, new in episode.items():
+            old = self.stats.get(name)
+            if old is None:
+                self.stats[name] = {k: np.asarray(v, np.float64) for k, v in new.items()}
+                continue
+            n1, n2 = (
+                float(np.asarray(old["count"]).reshape(-1)[0]),
+                float(np.asarray(new["count"]).reshape(-1)[0]),
+            )
+            m1, m2 = old["mean"], np.asarray(new["mean"], np.float64)
+            mean = (n1 * m1 + n2 * m2) / (n1 + n2)
+            var = (
+                n1 * (old["std"] ** 2 + (m1 - mean) ** 2)
+                + n2 * (np.asarray(new["std"]) ** 2 + (m2 - mean) ** 2)
+            ) / (n1 + n2)
+            self.stats[name] = {
+                "min": np.minimum(old["min"], new["min"]),
+                "max": np.maximum(old["max"], new["max"]),
+                "mean": mean,
+                "std": np.sqrt(var),
+                "count": np.asarray([n1 + n2]),
+            }
+
+    def _stats_json(self) -> dict:
+        return {
+            name: {k: np.asarray(v).tolist() for k, v in values.items()}
+            for name, values in self.stats.items()
+        }
+
+    # -- reopening ----------------------------------------------------------------------------------
+    def _reopen(self) -> None:
+        import pandas as pd
+
+        self.info = json.loads((self.root / "meta" / "info.json").read_text())
+        if self.info.get("codebase_version") != CODEBASE_VERSION:
+            raise DatasetError(
+                f"{self.root} is a LeRobot {self.info.get('codebase_version')} dataset, not {CODEBASE_VERSION}"
+            )
+        if abs(float(self.info["fps"]) - self.fps) > 1e-6:
+            raise DatasetError(f"{self.root} records at {self.info['fps']} fps, not {self.fps}")
+        total = int(self.info["total_episodes"])
+        rows = pd.read_parquet(self.root / EPISODES_PATH).to_dict("records") if total else []
+        self.episodes = [
+            {k: _plain(v) for k, v in row.items()} for row in rows[:total]
+        ]  # info.json is the commit point
+        tasks = pd.read_parquet(self.root / "meta" / "tasks.parquet") if total else None
+        self.tasks = (
+            {} if tasks is None else {str(t): int(i) for t, i in zip(tasks.index, tasks["task_index"])}
+        )
+        stats = json.loads((self.root / "meta" / "stats.json").read_text()) if total else {}
+        self.stats = {
+            name: {k: np.asarray(v, np.float64) for k, v in values.items()} for name, values in stats.items()
+        }
+        self._remove_orphans()
+
+    def _remove_orphans(self) -> None:
+        keep = {
+            self.root / DATA_PATH.format(chunk_index=e["data/chunk_index"], file_index=e["data/file_index"])
+            for e in self.episodes
+        }
+        for key in (k for k, f in self.info["features"].items() if f["dtype"] == "video"):
+            keep |= {
+                self.root
+                / VIDEO_PATH.format(
+                    video_key=key,
+                    chunk_index=e[f"videos/{key}/chunk_index"],
+                    file_index=e[f"videos/{key}/file_index"],
+                )
+                for e in self.episodes
+            }
+        for folder in ("data", "videos"):
+            for path in (self.root / folder).rglob("*") if (self.root / folder).exists() else ():
+                if path.is_file() and path not in keep:
+                    path.unlink()
+        shutil.rmtree(self.root / ".staging", ignore_errors=True)
+
+
+def _stats(values: np.ndarray) -> dict:
+    return {
+        "min": values.min(axis=0).tolist(),
+        "max": values.max(axis=0).tolist(),
+        "mean": values.mean(axis=0).tolist(),
+        "std": values.std(axis=0).tolist(),
+        "count": [int(values.shape[0])],
+    }
+
+
+def _plain(value):
+    return value.tolist() if isinstance(value, np.ndarray) else value
+
+
+def _durable(write, path: Path) -> None:
+    """Write through ``write(tmp)``, fsync, then rename over ``path``."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.tmp")
+    write(tmp)
+    with open(tmp, "rb+") as handle:
+        os.fsync(handle.fileno())
+    os.replace(tmp, path)
