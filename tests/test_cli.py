@@ -30,7 +30,6 @@ def test_unknown_env_is_a_one_line_error(tmp_path):
 def test_stub_commands_say_not_yet():
     for script, args in [
         ("rlinf-robot", ["teleop"]),
-        ("rlinf-calibrate", ["intrinsics"]),
     ]:
         result = run_cli(script, *args)
         assert result.returncode == 2 and "not yet" in result.stderr

@@ -44,12 +44,25 @@ def _train(args: argparse.Namespace) -> int:
     return 0
 
 
-def _not_yet(name: str, issue: str):
-    def run(args: argparse.Namespace) -> int:
-        print(f"rlinf-trainer {name}: not yet implemented (tracked in {issue})", file=sys.stderr)
-        return 2
+def _serve(args: argparse.Namespace) -> int:
+    import logging
 
-    return run
+    from trainer.server.auth import AuthConfigError
+    from trainer.server.config import load_serve_config
+    from trainer.server.serve import main
+
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    overrides = list(args.overrides) + (["server.insecure=true"] if args.insecure else [])
+    config = load_serve_config(args.config, overrides)
+    if config.server.insecure:
+        print(
+            "rlinf-trainer serve: WARNING: --insecure: no TLS and no token on the robot link", file=sys.stderr
+        )
+    try:
+        return main(config)
+    except (AuthConfigError, OSError) as exc:
+        print(f"rlinf-trainer serve: {exc}", file=sys.stderr)
+        return 2
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -72,10 +85,15 @@ def build_parser() -> argparse.ArgumentParser:
     rollout.add_argument("--seed", type=int, default=0)
     rollout.set_defaults(func=_rollout)
 
-    serve = sub.add_parser("serve", help="serve robot agents over gRPC and train (not yet)")
-    serve.add_argument("--config", default=None)
-    serve.add_argument("overrides", nargs="*")
-    serve.set_defaults(func=_not_yet("serve", "the trainer-server issue"))
+    serve = sub.add_parser(
+        "serve", help="serve robot agents over gRPC: collect episodes into a LeRobot dataset"
+    )
+    serve.add_argument("--config", default=None, help="a YAML file (sections: server, data, collect)")
+    serve.add_argument("--insecure", action="store_true", help="no TLS, no token: trusted networks only")
+    serve.add_argument(
+        "overrides", nargs="*", help="key=value, e.g. server.port=50052 data.record_dir=runs/ds"
+    )
+    serve.set_defaults(func=_serve)
     return parser
 
 

@@ -29,6 +29,7 @@ class SimTwinConfig:
     image_size: int = 128
     randomization: str | dict = "reality_gap"
     reward_type: str = "dense"
+    max_episode_steps: int = 0  # 0: the task's own horizon
 
 
 class SimTwinDriver(RobotDriver):
@@ -60,7 +61,7 @@ class SimTwinDriver(RobotDriver):
             max_episode_steps=1_000_000_000,  # the agent truncates at the spec's horizon, not the env
         )
         self.env = FrankaEnv(config=env_config)
-        horizon = self.env.task.max_episode_steps
+        horizon = self.config.max_episode_steps or self.env.task.max_episode_steps
         self.spec = dataclasses.replace(
             self.env.env_spec, max_episode_steps=horizon, metadata={**self.env.env_spec.metadata, "twin": "1"}
         )

@@ -50,19 +50,25 @@ def _merge(base: Any, *others: Any) -> Any:
 
 def load_config(name_or_path: str | None = None, overrides: list[str] | None = None) -> TrainConfig:
     """Preset (or file) + overrides -> a validated :class:`TrainConfig`."""
-    schema = OmegaConf.structured(TrainConfig)
-    merged = _merge(schema, OmegaConf.load(_resolve(name_or_path)))
+    config = load_structured(TrainConfig, _resolve(name_or_path), overrides)
+    check_algorithm_keys(config)
+    return config
+
+
+def load_structured(schema_class: type, path: Path | None, overrides: list[str] | None = None) -> Any:
+    """A typed dataclass config from an optional YAML file plus ``key=value`` overrides, every key checked."""
+    merged = OmegaConf.structured(schema_class)
+    if path is not None:
+        merged = _merge(merged, OmegaConf.load(path))
     if overrides:
         for item in overrides:
             if "=" not in item:
                 raise ConfigError(f"override {item!r} must look like key=value (e.g. run.seed=1)")
         merged = _merge(merged, OmegaConf.from_dotlist(list(overrides)))
     try:
-        config = OmegaConf.to_object(merged)
+        return OmegaConf.to_object(merged)
     except (OmegaConfBaseException, ValueError, TypeError) as exc:
         raise ConfigError(str(exc).splitlines()[0]) from None
-    check_algorithm_keys(config)
-    return config
 
 
 def algorithm_config(config: TrainConfig) -> Any:

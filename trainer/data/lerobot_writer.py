@@ -43,6 +43,7 @@ class EpisodeFrames:
     images: dict[str, list[np.ndarray]]  # camera name -> frames (uint8 HxWx3)
     vectors: dict[str, np.ndarray]  # e.g. "observation.state" -> float32 [T, D], "action" -> [T, A]
     scalars: dict[str, np.ndarray] = field(default_factory=dict)  # e.g. "next.reward" -> [T]
+    extra: dict[str, object] = field(default_factory=dict)  # extra columns of the episode's meta row
 
     @property
     def length(self) -> int:
@@ -97,6 +98,7 @@ class LeRobotWriter:
             "dataset_to_index": first_frame + length,
             "meta/episodes/chunk_index": 0,
             "meta/episodes/file_index": 0,
+            **episode.extra,
         }
         for camera, frames in episode.images.items():
             key = f"observation.images.{camera}"

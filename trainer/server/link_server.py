@@ -12,6 +12,7 @@ import asyncio
 import logging
 import threading
 from collections.abc import Awaitable, Callable
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -65,6 +66,8 @@ class LinkServer:
         self._server: grpc.aio.Server | None = None
         self._session_added = asyncio.Condition()
         self._tasks: set[asyncio.Task] = set()
+        # Episodes are stored (decoded, encoded, written) on one thread, off the event loop, in order.
+        self.store_executor = ThreadPoolExecutor(1, thread_name_prefix="episode-store")
 
     async def start(self) -> int:
         """Bind and start serving; returns the bound port (useful with ``port=0``)."""
@@ -224,11 +227,11 @@ class _Servicer(pb_grpc.RobotLinkServicer):
             await session.on_observation(message.observation)
         elif body == "episode_event":
             event = message.episode_event
-            if event.kind in (pb.EpisodeEvent.ENDED, pb.EpisodeEvent.ABORTED):
-                self._ack(session, assembler.on_end(event))
             session.events.put_nowait(event)
+            if event.kind in (pb.EpisodeEvent.ENDED, pb.EpisodeEvent.ABORTED):
+                self._ack(session, await self._stored(assembler.on_end, event))
         elif body == "episode_upload":
-            ack = assembler.on_upload(message.episode_upload)
+            ack = await self._stored(assembler.on_upload, message.episode_upload)
             if ack is not None:
                 self._ack(session, ack)
         elif body == "error":
@@ -237,6 +240,10 @@ class _Servicer(pb_grpc.RobotLinkServicer):
             log.warning("robot %s: %s", session.robot_id, session.stats.last_error)
         else:
             raise ValueError(f"unexpected message {body!r} after registration")
+
+    async def _stored(self, store, message):
+        """Run an assembler step that may write an episode, on the store thread; the ack follows it."""
+        return await asyncio.get_running_loop().run_in_executor(self.server.store_executor, store, message)
 
     @staticmethod
     def _ack(session: RobotSession, ack: pb.Ack) -> None:

@@ -1,0 +1,181 @@
+"""``rlinf-trainer serve`` (collect mode) with real agents on the MuJoCo twin: recording and faults."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import av
+import pandas as pd
+import pytest
+
+from protos import robot_link_pb2 as pb
+from protos import robot_link_pb2_grpc as pb_grpc
+from tests.integration.link_harness import start_agent, wait_until
+from trainer.server.config import load_serve_config
+from trainer.server.serve import serve
+
+pytestmark = pytest.mark.slow
+ROOT = Path(__file__).resolve().parents[2]
+SHORT = {"max_episode_steps": 20}
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+class ServeThread:
+    """``serve()`` on its own event loop thread, as ``rlinf-trainer serve`` runs it."""
+
+    def __init__(self, tmp_path: Path, *overrides: str) -> None:
+        self.config = load_serve_config(
+            None,
+            [
+                "server.insecure=true",
+                "server.host=127.0.0.1",
+                "server.port=0",
+                f"data.record_dir={tmp_path / 'ds'}",
+                f"log_dir={tmp_path / 'tb'}",
+                *overrides,
+            ],
+        )
+        self.loop = asyncio.new_event_loop()
+        self.server = None
+        self._started = threading.Event()
+        self._thread = threading.Thread(target=self._main, daemon=True)
+        self._thread.start()
+        assert self._started.wait(30), "serve did not start"
+
+    def _main(self) -> None:
+        asyncio.set_event_loop(self.loop)
+        self.stop_event = asyncio.Event()
+
+        def started(server) -> None:
+            self.server = server
+            self._started.set()
+
+        self.loop.run_until_complete(serve(self.config, self.stop_event, on_started=started))
+
+    def stop(self) -> None:
+        self.loop.call_soon_threadsafe(self.stop_event.set)
+        self._thread.join(30)
+
+
+def dataset(root: Path) -> tuple[dict, pd.DataFrame, pd.DataFrame]:
+    info = json.loads((root / "meta" / "info.json").read_text())
+    episodes = pd.read_parquet(root / "meta" / "episodes" / "chunk-000" / "file-000.parquet")
+    frames = pd.concat(pd.read_parquet(p) for p in sorted((root / "data").rglob("*.parquet")))
+    return info, episodes, frames
+
+
+def test_two_agents_stream_and_record_five_episodes_each(tmp_path):
+    served = ServeThread(tmp_path, "collect.episodes_per_robot=5")
+    port = served.server.port
+    agents = [start_agent(port, tmp_path / f"spool{i}", robot_id=f"twin-{i}", driver=SHORT) for i in range(2)]
+    try:
+        wait_until(lambda: sum(s.stats.episodes_stored for s in served.server.sessions.values()) >= 10, timeout=120,
+                   what="ten recorded episodes")  # fmt: skip
+    finally:
+        for agent in agents:
+            agent.stop()
+        served.stop()
+    info, episodes, frames = dataset(tmp_path / "ds")
+    assert info["total_episodes"] == 10 and info["fps"] == 20.0
+    assert sorted(episodes["source"].value_counts().tolist()) == [5, 5]
+    assert set(episodes["source"]) == {"robot:twin-0", "robot:twin-1"}
+    assert episodes["episode_id"].is_unique and not episodes["aborted"].any()
+    assert episodes["length"].tolist() == [20] * 10 and len(frames) == 200
+    assert frames["index"].tolist() == list(range(200))
+    assert {"action", "action.policy", "intervention", "next.reward"} <= set(frames.columns)
+    video = tmp_path / "ds" / "videos" / "observation.images.wrist" / "chunk-000" / "file-009.mp4"
+    with av.open(str(video)) as container:
+        assert sum(1 for _ in container.decode(video=0)) == 20
+
+
+def test_a_killed_and_restarted_server_loses_no_acknowledged_episode(tmp_path):
+    port = free_port()
+    command = [
+        sys.executable, "-m", "trainer.cli", "serve", "--insecure", "server.host=127.0.0.1", f"server.port={port}",
+        f"data.record_dir={tmp_path / 'ds'}", f"log_dir={tmp_path / 'tb'}",
+    ]  # fmt: skip
+    log = open(tmp_path / "serve.log", "w")  # noqa: SIM115
+    trainer = subprocess.Popen(command, cwd=ROOT, stdout=log, stderr=subprocess.STDOUT)
+    agent = start_agent(port, tmp_path / "spool", driver=SHORT, reconnect_max_s=0.3)
+    finished: list[str] = []
+    original_finish = agent.agent.spool.finish
+
+    def remember(episode_id, end):
+        finished.append(episode_id)
+        original_finish(episode_id, end)
+
+    agent.agent.spool.finish = remember
+    try:
+        wait_until(lambda: len(finished) >= 3, timeout=120, what="three finished episodes")
+        time.sleep(0.4)  # the next episode is under way
+        os.kill(trainer.pid, signal.SIGKILL)
+        trainer.wait()
+        trainer = subprocess.Popen(command, cwd=ROOT, stdout=log, stderr=subprocess.STDOUT)
+        wait_until(lambda: len(finished) >= 6, timeout=120, what="episodes after the restart")
+        wait_until(lambda: agent.agent.spool.pending() == [], timeout=60, what="the spool to drain")
+        trainer.send_signal(signal.SIGTERM)
+        assert trainer.wait(60) == 0
+    finally:
+        agent.stop()
+        if trainer.poll() is None:
+            trainer.kill()
+    info, episodes, frames = dataset(tmp_path / "ds")
+    assert episodes["episode_id"].is_unique
+    # Every episode the agent finished was acknowledged only once it was in the dataset.
+    recorded = set(episodes["episode_id"])
+    assert set(finished) <= recorded | set(agent.agent.spool.pending())
+    assert episodes["aborted"].any()  # the one cut by the kill, replayed from the spool
+    assert info["total_frames"] == len(frames) == episodes["length"].sum()
+
+
+def test_garbage_on_the_port_is_refused_and_other_robots_keep_streaming(tmp_path):
+    served = ServeThread(tmp_path)
+    port = served.server.port
+    agent = start_agent(port, tmp_path / "spool", driver=SHORT)
+    try:
+        wait_until(lambda: "twin-0" in served.server.sessions, what="the good robot")
+        session = served.server.sessions["twin-0"]
+        # Random bytes straight onto the socket.
+        with socket.create_connection(("127.0.0.1", port)) as raw:
+            raw.sendall(os.urandom(4096))
+        import grpc
+
+        with grpc.insecure_channel(
+            f"127.0.0.1:{port}", options=[("grpc.max_send_message_length", 64 << 20)]
+        ) as ch:
+            stub = pb_grpc.RobotLinkStub(ch)
+            # A session that does not start with a registration.
+            with pytest.raises(grpc.RpcError) as wrong:
+                list(stub.Session(iter([pb.AgentMessage(error=pb.AgentError(code="x"))]), timeout=10))
+            assert wrong.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+            # A message over the size limit.
+            huge = pb.AgentMessage(observation=pb.Observation(frames=[pb.Frame(data=b"\0" * (40 << 20))]))
+            with pytest.raises(grpc.RpcError) as big:
+                list(stub.Session(iter([huge]), timeout=10))
+            assert big.value.code() == grpc.StatusCode.RESOURCE_EXHAUSTED
+            # A registration with a broken env spec.
+            bad = pb.Register(robot_id="bad", protocol_version=1, spec=pb.EnvSpec(name="x", control_hz=-1))
+            with pytest.raises(grpc.RpcError) as spec:
+                list(stub.Session(iter([pb.AgentMessage(register=bad)]), timeout=10))
+            assert spec.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+        before = session.stats.observations
+        time.sleep(1.0)
+        assert session.stats.observations > before + 10  # the good robot streamed on at 20 Hz
+        assert session.state != "disconnected" and "bad" not in served.server.sessions
+    finally:
+        agent.stop()
+        served.stop()

@@ -1,0 +1,162 @@
+"""``rlinf-trainer serve``: accept robot agents, drive their episodes, record everything.
+
+In ``collect`` mode each connected robot runs episodes back to back under the configured policy;
+every episode lands in the LeRobot v3 dataset at ``data.record_dir``. A live table on the console
+and TensorBoard under ``log_dir`` show each robot's rate, reply latency and episode count.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import signal
+from pathlib import Path
+
+import numpy as np
+
+from protos import robot_link_pb2 as pb
+from trainer.server.auth import ServerAuthConfig
+from trainer.server.config import ServeConfig
+from trainer.server.episode_runner import run_episode
+from trainer.server.link_server import LinkServer, LinkServerConfig
+from trainer.server.recorder import LeRobotEpisodeSink
+from trainer.server.session import RobotSession, RobotUnavailable
+
+log = logging.getLogger(__name__)
+
+
+def auth_from(config: ServeConfig) -> ServerAuthConfig:
+    server = config.server
+    token = None
+    if server.token_file:
+        path = Path(server.token_file).expanduser()
+        if not path.is_file():
+            from trainer.server.auth import AuthConfigError
+
+            raise AuthConfigError(f"server.token_file {path} does not exist")
+        token = path.read_text().strip()
+    return ServerAuthConfig(
+        token=token,
+        tls_cert=server.tls_cert or None,
+        tls_key=server.tls_key or None,
+        client_ca=server.client_ca or None,
+        insecure=server.insecure,
+    )
+
+
+def collect_policy(config: ServeConfig, dim: int, seed: int):
+    rng = np.random.default_rng(seed)
+    scale = config.collect.action_scale
+
+    def policy(obs: pb.Observation) -> np.ndarray:
+        if config.collect.policy == "hold":
+            action = np.zeros(dim, np.float32)
+            action[-1] = 1.0
+        else:
+            action = rng.uniform(-scale, scale, dim).astype(np.float32)
+            action[-1] = 1.0 if rng.random() < 0.5 else -1.0
+        return action[None]
+
+    return policy
+
+
+async def collect(session: RobotSession, config: ServeConfig, stop: asyncio.Event) -> None:
+    """Episodes back to back on one robot, until it leaves, the quota is met, or the server stops."""
+    episode = 0
+    while not stop.is_set():
+        if config.collect.episodes_per_robot and episode >= config.collect.episodes_per_robot:
+            log.info("robot %s: %d episodes collected", session.robot_id, episode)
+            return
+        seed = config.collect.seed + episode
+        try:
+            end = await run_episode(session, collect_policy(config, session.spec.action.dim, seed), seed=seed)
+        except (RobotUnavailable, asyncio.TimeoutError):
+            return
+        if end.reason == "robot disconnected":
+            return
+        episode += 1
+
+
+class Console:
+    """A live table of the connected robots (rich), plus the same figures in TensorBoard."""
+
+    def __init__(self, server: LinkServer, log_dir: str) -> None:
+        from rich.console import Console as RichConsole
+        from rich.live import Live
+        from torch.utils.tensorboard import SummaryWriter
+
+        self.server = server
+        self.live = Live(self.table(), console=RichConsole(stderr=True), refresh_per_second=2)
+        self.writer = SummaryWriter(log_dir)
+        self.ticks = 0
+
+    def table(self):
+        from rich.table import Table
+
+        table = Table(title="robots")
+        for column in ("robot", "kind", "state", "rate Hz", "reply ms p50", "episodes", "errors"):
+            table.add_column(column)
+        for session in self.server.sessions.values():
+            replies = list(session.stats.reply_ms)
+            table.add_row(
+                session.robot_id,
+                session.robot_kind,
+                session.state,
+                f"{session.stats.rate_hz():.1f}",
+                f"{np.median(replies):.1f}" if replies else "-",
+                str(session.stats.episodes_stored),
+                str(session.stats.errors),
+            )
+        return table
+
+    async def run(self, stop: asyncio.Event) -> None:
+        with self.live:
+            while not stop.is_set():
+                self.live.update(self.table())
+                self.ticks += 1
+                for session in self.server.sessions.values():
+                    tag = f"robots/{session.robot_id}"
+                    self.writer.add_scalar(f"{tag}/rate_hz", session.stats.rate_hz(), self.ticks)
+                    self.writer.add_scalar(f"{tag}/episodes", session.stats.episodes_stored, self.ticks)
+                    if session.stats.reply_ms:
+                        self.writer.add_scalar(
+                            f"{tag}/reply_ms_p50", float(np.median(session.stats.reply_ms)), self.ticks
+                        )
+                with contextlib.suppress(asyncio.TimeoutError):
+                    await asyncio.wait_for(stop.wait(), 1.0)
+        self.writer.close()
+
+
+async def serve(config: ServeConfig, stop: asyncio.Event, on_started=None) -> LinkServer:
+    """Run until ``stop`` is set; returns the (stopped) server. ``on_started(server)`` once it listens."""
+    sink = LeRobotEpisodeSink(config.data.record_dir, config.data.video_codec)
+    server = LinkServer(
+        LinkServerConfig(host=config.server.host, port=config.server.port, auth=auth_from(config)),
+        sink=sink,
+        on_session=lambda session: collect(session, config, stop),
+    )
+    port = await server.start()
+    log.info("serving robots on %s:%d (mode %s), recording to %s", config.server.host, port, config.server.mode,
+             config.data.record_dir)  # fmt: skip
+    if on_started is not None:
+        on_started(server)
+    console = Console(server, config.log_dir)
+    try:
+        await console.run(stop)
+    finally:
+        await server.stop(grace=2.0)
+        server.store_executor.shutdown(wait=True)  # every acknowledged episode is on disk
+    return server
+
+
+def main(config: ServeConfig) -> int:
+    async def run() -> None:
+        stop = asyncio.Event()
+        loop = asyncio.get_running_loop()
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            loop.add_signal_handler(sig, stop.set)
+        await serve(config, stop)
+
+    asyncio.run(run())
+    return 0
