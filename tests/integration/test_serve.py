@@ -179,3 +179,47 @@ def test_garbage_on_the_port_is_refused_and_other_robots_keep_streaming(tmp_path
     finally:
         agent.stop()
         served.stop()
+
+
+def test_a_killed_agent_is_aborted_the_other_continues_and_its_spool_replays_once(tmp_path):
+    served = ServeThread(tmp_path)
+    port = served.server.port
+    config = tmp_path / "robot.json"
+    config.write_text(json.dumps({"driver": {"task": "reach", "control_hz": 20.0, "image_size": 32, **SHORT},
+                                  "agent": {"robot_id": "victim"}}))  # fmt: skip
+    command = [
+        str(Path(sys.executable).with_name("rlinf-robot")), "connect", "--server", f"127.0.0.1:{port}",
+        "--robot", "sim-twin", "--insecure", "--robot-config", str(config), "--spool-dir", str(tmp_path / "spool"),
+    ]  # fmt: skip
+    survivor = start_agent(port, tmp_path / "survivor", robot_id="survivor", driver=SHORT)
+    victim = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        wait_until(lambda: "victim" in served.server.sessions, timeout=60, what="the victim")
+        victim_session = served.server.sessions["victim"]
+        wait_until(lambda: victim_session.stats.episodes_stored >= 1, timeout=60, what="a victim episode")
+        wait_until(
+            lambda: victim_session.latest is not None and victim_session.latest.step >= 5, what="mid-episode"
+        )
+        os.kill(victim.pid, signal.SIGKILL)
+        victim.wait()
+        wait_until(lambda: victim_session.state == "disconnected", timeout=10, what="the server to notice")
+        survivor_before = served.server.sessions["survivor"].stats.episodes_stored
+        wait_until(lambda: served.server.sessions["survivor"].stats.episodes_stored >= survivor_before + 2,
+                   timeout=60, what="the survivor to carry on")  # fmt: skip
+        # The restarted agent finds the cut episode in its spool, closes it as aborted and resends it.
+        victim = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        wait_until(
+            lambda: served.server.sessions["victim"].state != "disconnected", timeout=60, what="the restart"
+        )
+        wait_until(lambda: not list((tmp_path / "spool" / "victim").glob("*/end.bin")), timeout=60,
+                   what="the victim's spool to drain")  # fmt: skip
+    finally:
+        victim.kill()
+        survivor.stop()
+        served.stop()
+    _, episodes, _ = dataset(tmp_path / "ds")
+    assert episodes["episode_id"].is_unique
+    cut = episodes[(episodes["source"] == "robot:victim") & episodes["aborted"]]
+    assert len(cut) == 1 and cut["end_reason"].iloc[0] == "agent stopped mid-episode"
+    assert cut["length"].iloc[0] >= 5
+    assert (episodes["source"] == "robot:survivor").sum() >= 3
