@@ -14,6 +14,7 @@ import time
 from pathlib import Path
 
 import av
+import numpy as np
 import pandas as pd
 import pytest
 
@@ -223,3 +224,49 @@ def test_a_killed_agent_is_aborted_the_other_continues_and_its_spool_replays_onc
     assert len(cut) == 1 and cut["end_reason"].iloc[0] == "agent stopped mid-episode"
     assert cut["length"].iloc[0] >= 5
     assert (episodes["source"] == "robot:survivor").sum() >= 3
+
+
+def test_eval_mode_runs_a_saved_policy_and_reports_success_statistics(tmp_path):
+    from policies.config import PolicyConfig
+    from policies.factory import make_policy
+    from robot_agent.drivers import make_driver
+
+    twin = {"task": "reach", "control_hz": 20.0, "image_size": 64, **SHORT}
+    driver = make_driver("sim-twin", twin)
+    policy = make_policy(
+        driver.spec, PolicyConfig(kind="cnn", cameras=["front"], hidden_sizes=[32], cnn_channels=[8])
+    )
+    driver.close()
+    path = tmp_path / "policy.pt"
+    policy.save(path)
+    served = ServeThread(
+        tmp_path, "server.mode=eval", f"eval.policy_path={path}", "eval.episodes_per_robot=3"
+    )
+    agent = start_agent(served.server.port, tmp_path / "spool", driver=twin)
+    results = tmp_path / "tb" / "eval.json"
+    try:
+        wait_until(lambda: results.exists() and json.loads(results.read_text())["robots"]["twin-0"]["episodes"] == 3,
+                   timeout=120, what="three evaluated episodes")  # fmt: skip
+    finally:
+        agent.stop()
+        served.stop()
+    record = json.loads(results.read_text())["robots"]["twin-0"]
+    assert record["success_rate"] == record["successes"] / 3
+    _, episodes, frames = dataset(tmp_path / "ds")  # eval episodes are recorded too
+    assert len(episodes) == 3 and len(frames) == 60
+    # The recorded actions are the policy's (within its bounds), not the collect mode's random ones.
+    executed = np.stack(frames["action.policy"].to_numpy())
+    assert np.abs(executed).max() <= 1.0 and executed.std() > 0
+
+
+def test_bad_serve_configs_fail_at_start_with_the_key():
+    from trainer.configs.loader import ConfigError
+
+    for overrides, message in [
+        (["server.mode=teleport"], "server.mode must be one of"),
+        (["server.mode=eval"], "needs eval.policy_path"),
+        (["collect.policy=dance"], "collect.policy must be one of"),
+        (["server.prot=1"], "server.prot"),
+    ]:
+        with pytest.raises(ConfigError, match=message):
+            load_serve_config(None, overrides)

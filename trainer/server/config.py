@@ -44,10 +44,21 @@ class CollectSection:
 
 
 @dataclass
+class EvalSection:
+    """A fixed policy (saved with ``Policy.save``) run on every robot, with success statistics."""
+
+    policy_path: str = ""
+    episodes_per_robot: int = 10
+    greedy: bool = True
+    results_file: str = ""  # default: <log_dir>/eval.json
+
+
+@dataclass
 class ServeConfig:
     server: ServerSection = field(default_factory=ServerSection)
     data: DataSection = field(default_factory=DataSection)
     collect: CollectSection = field(default_factory=CollectSection)
+    eval: EvalSection = field(default_factory=EvalSection)
     log_dir: str = "runs/serve"  # TensorBoard figures per robot
 
 
@@ -57,9 +68,11 @@ def load_serve_config(path: str | None, overrides: list[str] | None = None) -> S
     config = load_structured(ServeConfig, Path(path) if path else None, overrides)
     if config.server.mode not in MODES:
         raise ConfigError(f"server.mode must be one of {MODES}, got {config.server.mode!r}")
-    if config.server.mode != "collect":
+    if config.server.mode == "train":
+        raise ConfigError("server.mode=train is not wired to the algorithms yet; use collect or eval")
+    if config.server.mode == "eval" and not Path(config.eval.policy_path).is_file():
         raise ConfigError(
-            f"server.mode={config.server.mode} arrives with the remote-robot env and env pool; use server.mode=collect"
+            f"server.mode=eval needs eval.policy_path, a saved policy file; got {config.eval.policy_path!r}"
         )
     if config.collect.policy not in COLLECT_POLICIES:
         raise ConfigError(f"collect.policy must be one of {COLLECT_POLICIES}, got {config.collect.policy!r}")

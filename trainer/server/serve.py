@@ -78,6 +78,84 @@ async def collect(session: RobotSession, config: ServeConfig, stop: asyncio.Even
         episode += 1
 
 
+class Evaluation:
+    """Runs a fixed policy on each robot and keeps per-robot success statistics in a JSON file."""
+
+    def __init__(self, config: ServeConfig) -> None:
+        from policies.factory import load_policy
+
+        self.config = config
+        self.policy = load_policy(config.eval.policy_path).eval()
+        self.path = Path(config.eval.results_file or Path(config.log_dir) / "eval.json")
+        self.results: dict[str, dict] = {}
+
+    def compatible(self, session: RobotSession) -> str | None:
+        """Why this policy cannot drive this robot, or None."""
+        spec, robot = self.policy.spec, session.spec
+        if spec.state_dim != robot.state_dim or spec.action.dim != robot.action.dim:
+            return (
+                f"policy expects state {spec.state_dim} / action {spec.action.dim}, "
+                f"robot {session.robot_id} has {robot.state_dim} / {robot.action.dim}"
+            )
+        missing = set(spec.camera_names) - set(robot.camera_names)
+        return f"robot {session.robot_id} lacks cameras {sorted(missing)}" if missing else None
+
+    def act(self, session: RobotSession):
+        import torch
+
+        from policies.base import to_tensors
+        from protos import link_codec
+
+        mode = "greedy" if self.config.eval.greedy else "sample"
+
+        def policy(obs: pb.Observation) -> np.ndarray:
+            images = link_codec.decode_images(obs.frames, session.spec)
+            batch = {
+                "images": {name: images[name][None] for name in self.policy.spec.camera_names},
+                "state": np.asarray(obs.state, np.float32)[None],
+                "instruction": [obs.instruction],
+            }
+            with torch.no_grad():
+                return self.policy.act(to_tensors(batch), mode=mode).actions[0].numpy()
+
+        return policy
+
+    async def run(self, session: RobotSession, stop: asyncio.Event) -> None:
+        problem = self.compatible(session)
+        if problem:
+            log.error("eval: %s; not driving it", problem)
+            return
+        record = self.results.setdefault(session.robot_id, {"episodes": 0, "successes": 0, "aborted": 0})
+        while (
+            not stop.is_set() and record["episodes"] + record["aborted"] < self.config.eval.episodes_per_robot
+        ):
+            try:
+                end = await run_episode(
+                    session, self.act(session), seed=record["episodes"] + record["aborted"]
+                )
+            except (RobotUnavailable, asyncio.TimeoutError):
+                return
+            if end.kind == pb.EpisodeEvent.ABORTED:
+                record["aborted"] += 1
+                if end.reason == "robot disconnected":
+                    return
+                continue
+            record["episodes"] += 1
+            record["successes"] += int(end.success)
+            record["success_rate"] = record["successes"] / record["episodes"]
+            self._write()
+            log.info("eval %s: %d/%d successes", session.robot_id, record["successes"], record["episodes"])
+
+    def _write(self) -> None:
+        import json
+        import os
+
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = self.path.with_name(f".{self.path.name}.tmp")
+        tmp.write_text(json.dumps({"policy": self.config.eval.policy_path, "robots": self.results}, indent=2))
+        os.replace(tmp, self.path)
+
+
 class Console:
     """A live table of the connected robots (rich), plus the same figures in TensorBoard."""
 
@@ -131,10 +209,15 @@ class Console:
 async def serve(config: ServeConfig, stop: asyncio.Event, on_started=None) -> LinkServer:
     """Run until ``stop`` is set; returns the (stopped) server. ``on_started(server)`` once it listens."""
     sink = LeRobotEpisodeSink(config.data.record_dir, config.data.video_codec)
+    if config.server.mode == "eval":
+        evaluation = Evaluation(config)
+        on_session = lambda session: evaluation.run(session, stop)  # noqa: E731
+    else:
+        on_session = lambda session: collect(session, config, stop)  # noqa: E731
     server = LinkServer(
         LinkServerConfig(host=config.server.host, port=config.server.port, auth=auth_from(config)),
         sink=sink,
-        on_session=lambda session: collect(session, config, stop),
+        on_session=on_session,
     )
     port = await server.start()
     log.info("serving robots on %s:%d (mode %s), recording to %s", config.server.host, port, config.server.mode,
