@@ -63,7 +63,7 @@ class LoopStats:
 class _Episode:
     episode_id: str
     step: int = 0
-    pending: pb.Observation | None = None  # newest observation of the current step, spooled once final
+    pending: pb.Observation | None = None  # newest observation of the current step
     transition: pb.Transition | None = None
     ending: tuple[int, str] | None = None  # (EpisodeEvent kind, reason) once the last step has run
     success: bool = False
@@ -221,9 +221,6 @@ class ControlLoop:
         safe, events = self.safety.limit(
             action, np.asarray(observation.state), self._last_executed, self.driver.tcp_targets()
         )
-        if episode.pending is not None:
-            self.spool.append(episode.episode_id, episode.pending)
-            episode.pending = None
         outcome = self.driver.apply(safe)
         self.watchdog.feed()
         self.holding = False
@@ -266,6 +263,7 @@ class ControlLoop:
             msg.transition.CopyFrom(episode.transition)
         if episode is not None:
             episode.pending = msg
+            self.spool.append(episode.episode_id, msg)  # on disk before it is sent: a crash keeps it
         with self._seq_lock:
             self._sent_mono[self._seq] = mono
             while len(self._sent_mono) > 256:
@@ -339,8 +337,6 @@ class ControlLoop:
             except DriverError:
                 num_steps -= 1  # the outcome of the last action is unknown: drop that transition
         self._episode = None
-        if episode.pending is not None and episode.pending.step == num_steps:
-            self.spool.append(episode.episode_id, episode.pending)
         end = pb.EpisodeEvent(
             kind=kind,
             episode_id=episode.episode_id,

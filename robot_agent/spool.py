@@ -1,7 +1,8 @@
 """Episodes spooled on the agent's disk until the trainer acknowledges them.
 
 Layout: ``<spool_dir>/<episode_id>/steps.bin`` holds length-prefixed ``Observation`` messages,
-appended and flushed as the episode runs; ``end.bin`` (an ``EpisodeEvent``, written to a temp file
+appended and flushed as the episode runs (a step observed again while holding is appended again;
+the newest record of a step wins); ``end.bin`` (an ``EpisodeEvent``, written to a temp file
 and renamed) marks it complete. A directory without ``end.bin`` after a crash is closed as aborted on
 the next start, keeping every step that was fully written. An acknowledged episode is deleted.
 """
@@ -66,7 +67,10 @@ class EpisodeSpool:
         return pb.EpisodeEvent.FromString((self.root / episode_id / "end.bin").read_bytes())
 
     def observations(self, episode_id: str) -> Iterator[pb.Observation]:
-        yield from _read_records(self.root / episode_id / "steps.bin")
+        """The episode's observations, one per step (the newest record of each), in step order."""
+        newest = {obs.step: obs for obs in _read_records(self.root / episode_id / "steps.bin")}
+        for step in sorted(newest):
+            yield newest[step]
 
     def upload_parts(self, episode_id: str, max_part_bytes: int) -> Iterator[pb.EpisodeUpload]:
         """The episode as ``EpisodeUpload`` parts of at most about ``max_part_bytes`` each."""
@@ -104,14 +108,16 @@ class EpisodeSpool:
             if (folder / "end.bin").exists():
                 continue
             steps = folder / "steps.bin"
-            count = sum(1 for _ in _read_records(steps, truncate_partial=True)) if steps.exists() else 0
-            if count == 0:
+            seen = (
+                {obs.step for obs in _read_records(steps, truncate_partial=True)} if steps.exists() else set()
+            )
+            if not seen:
                 shutil.rmtree(folder)
                 continue
             end = pb.EpisodeEvent(
                 kind=pb.EpisodeEvent.ABORTED,
                 episode_id=folder.name,
-                num_steps=count - 1,
+                num_steps=max(seen),
                 reason="agent stopped mid-episode",
             )
             _write_atomic(folder / "end.bin", end.SerializeToString())

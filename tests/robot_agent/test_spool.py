@@ -64,3 +64,18 @@ def test_unsafe_episode_ids_are_refused(tmp_path):
     with pytest.raises(ValueError, match="episode id"):
         spool.begin("../../etc")
     assert spool.acknowledge("../x") is False
+
+
+def test_a_step_observed_again_keeps_its_newest_record(tmp_path):
+    spool = EpisodeSpool(tmp_path)
+    spool.begin("ep-1")
+    for step, payload in [(0, b"a"), (1, b"old"), (1, b"new"), (2, b"b")]:
+        spool.append("ep-1", obs(step, payload))
+    spool._open["ep-1"].flush()
+    recovered = EpisodeSpool(tmp_path)  # crash: the last observation (step 2) is on disk
+    assert recovered.end_event("ep-1").num_steps == 2
+    assert [(o.step, o.frames[0].data) for o in recovered.observations("ep-1")] == [
+        (0, b"a"),
+        (1, b"new"),
+        (2, b"b"),
+    ]
