@@ -3,15 +3,17 @@
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable
+import inspect
+from collections.abc import Awaitable, Callable
 
 import numpy as np
 
 from protos import robot_link_pb2 as pb
 from trainer.server.session import RobotSession, RobotUnavailable
 
-# A remote policy: the newest observation in, an action chunk ``[chunk, action_dim]`` (or one action) out.
-RemotePolicy = Callable[[pb.Observation], np.ndarray]
+# A remote policy: the newest observation in, an action chunk ``[chunk, action_dim]`` (or one action)
+# out. It may be a coroutine function, so that heavy work (decoding, inference) runs off the loop.
+RemotePolicy = Callable[[pb.Observation], np.ndarray | Awaitable[np.ndarray]]
 
 
 async def run_episode(
@@ -35,7 +37,10 @@ async def run_episode(
         if obs.episode_id != episode_id:
             continue
         if obs.step > answered_step or obs.holding:
-            session.send_actions(policy(obs), obs.seq)
+            actions = policy(obs)
+            if inspect.isawaitable(actions):
+                actions = await actions
+            session.send_actions(actions, obs.seq)
             answered_step = obs.step
 
 

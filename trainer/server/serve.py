@@ -11,6 +11,7 @@ import asyncio
 import contextlib
 import logging
 import signal
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import numpy as np
@@ -88,6 +89,7 @@ class Evaluation:
         self.policy = load_policy(config.eval.policy_path).eval()
         self.path = Path(config.eval.results_file or Path(config.log_dir) / "eval.json")
         self.results: dict[str, dict] = {}
+        self.inference = ThreadPoolExecutor(1, thread_name_prefix="eval-inference")
 
     def compatible(self, session: RobotSession) -> str | None:
         """Why this policy cannot drive this robot, or None."""
@@ -108,7 +110,7 @@ class Evaluation:
 
         mode = "greedy" if self.config.eval.greedy else "sample"
 
-        def policy(obs: pb.Observation) -> np.ndarray:
+        def infer(obs: pb.Observation) -> np.ndarray:
             images = link_codec.decode_images(obs.frames, session.spec)
             batch = {
                 "images": {name: images[name][None] for name in self.policy.spec.camera_names},
@@ -117,6 +119,10 @@ class Evaluation:
             }
             with torch.no_grad():
                 return self.policy.act(to_tensors(batch), mode=mode).actions[0].numpy()
+
+        async def policy(obs: pb.Observation) -> np.ndarray:
+            # Decoding and inference run on the inference thread, never on the event loop.
+            return await asyncio.get_running_loop().run_in_executor(self.inference, infer, obs)
 
         return policy
 
