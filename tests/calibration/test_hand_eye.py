@@ -5,7 +5,6 @@ import pytest
 
 from calibration.board import BoardSpec, CalibrationError
 from calibration.hand_eye import make_transform, rotation_about, solve_hand_eye
-from calibration.sim_target import SimCalibrationRig
 
 SPEC = BoardSpec()
 
@@ -13,13 +12,6 @@ SPEC = BoardSpec()
 def angle_deg(a: np.ndarray, b: np.ndarray) -> float:
     relative = a[:3, :3].T @ b[:3, :3]
     return float(np.degrees(np.arccos(np.clip((np.trace(relative) - 1) / 2, -1, 1))))
-
-
-@pytest.fixture(scope="module")
-def rig():
-    rig = SimCalibrationRig(SPEC, width=640, height=480)
-    yield rig
-    rig.close()
 
 
 @pytest.mark.slow

@@ -12,16 +12,8 @@ from calibration.intrinsics import (
     load_intrinsics,
     save_intrinsics,
 )
-from calibration.sim_target import SimCalibrationRig
 
 SPEC = BoardSpec()
-
-
-@pytest.fixture(scope="module")
-def rig():
-    rig = SimCalibrationRig(SPEC, width=640, height=480)
-    yield rig
-    rig.close()
 
 
 @pytest.mark.slow
