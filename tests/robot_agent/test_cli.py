@@ -52,31 +52,24 @@ def test_an_unusable_spool_directory_is_one_line(tmp_path):
 
 
 def test_bad_robot_config_names_the_key(tmp_path):
+    def connect_with(config):
+        return run(
+            "connect",
+            "--server",
+            "127.0.0.1:1",
+            "--robot",
+            "sim-twin",
+            "--insecure",
+            "--robot-config",
+            str(config),
+        )
+
     config = tmp_path / "robot.json"
     config.write_text('{"driver": {"task": "reach", "colour": "red"}}')
-    result = run(
-        "connect",
-        "--server",
-        "127.0.0.1:1",
-        "--robot",
-        "sim-twin",
-        "--insecure",
-        "--robot-config",
-        str(config),
-    )
+    result = connect_with(config)
     assert result.returncode == 2 and "unknown key 'colour' in sim-twin config" in result.stderr
     config.write_text("[safety]\nmax_translation_m = -1\n")
-    config = config.rename(tmp_path / "robot.toml")
-    result = run(
-        "connect",
-        "--server",
-        "127.0.0.1:1",
-        "--robot",
-        "sim-twin",
-        "--insecure",
-        "--robot-config",
-        str(config),
-    )
+    result = connect_with(config.rename(tmp_path / "robot.toml"))
     assert result.returncode == 2 and "max_translation_m must be > 0" in result.stderr
 
 
