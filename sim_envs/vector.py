@@ -45,6 +45,9 @@ class ChunkResult:
     valid: np.ndarray
     final_obs: list[dict[str, Any] | None]
     finished: list[EpisodeSummary] = field(default_factory=list)
+    # Envs whose current episode was cut by a failure outside the env (a robot that dropped): none of
+    # that episode's transitions may be trained on. Sim envs never abort.
+    aborted: list[int] = field(default_factory=list)
 
     @property
     def done(self) -> np.ndarray:

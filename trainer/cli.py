@@ -86,9 +86,11 @@ def build_parser() -> argparse.ArgumentParser:
     rollout.set_defaults(func=_rollout)
 
     serve = sub.add_parser(
-        "serve", help="serve robot agents over gRPC: collect episodes into a LeRobot dataset"
+        "serve", help="serve robot agents over gRPC: collect episodes, evaluate, or train on sim + robots"
     )
-    serve.add_argument("--config", default=None, help="a YAML file (sections: server, data, collect)")
+    serve.add_argument(
+        "--config", default=None, help="a YAML file (sections: server, data, collect, eval, train)"
+    )
     serve.add_argument("--insecure", action="store_true", help="no TLS, no token: trusted networks only")
     serve.add_argument(
         "overrides", nargs="*", help="key=value, e.g. server.port=50052 data.record_dir=runs/ds"

@@ -7,6 +7,7 @@ from a checkpoint replays exactly what the uninterrupted run would have done.
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from dataclasses import replace
 from datetime import datetime
 from pathlib import Path
@@ -40,10 +41,27 @@ def iteration_seed(config: TrainConfig, iteration: int) -> int:
     return config.run.seed * 1_000_003 + iteration * config.env.num_envs
 
 
-class Runner:
-    """Owns one training run from start (or resume) to ``run.total_env_steps``."""
+def make_sim_envs(config: TrainConfig):
+    return sim_envs.make_vector(
+        config.env.id,
+        config.env.num_envs,
+        backend=config.env.backend,
+        num_workers=config.env.num_workers,
+        **config.env.kwargs,
+    )
 
-    def __init__(self, config: TrainConfig, resume_dir: Path | None = None) -> None:
+
+class Runner:
+    """Owns one training run from start (or resume) to ``run.total_env_steps``.
+
+    ``make_envs(config)`` builds the vector env; the default is the config's sim envs. The trainer
+    server passes one that returns an :class:`~trainer.server.env_pool.EnvPool` of sim envs and
+    robots. An env with ``refresh()`` gets it called between iterations (robots joining, leaving).
+    """
+
+    def __init__(
+        self, config: TrainConfig, resume_dir: Path | None = None, make_envs: Callable | None = None
+    ) -> None:
         if resume_dir is None:
             output_dir = Path(config.run.output_dir) if config.run.output_dir else default_output_dir(config)
             if latest_checkpoint(output_dir) is not None:
@@ -57,16 +75,11 @@ class Runner:
         torch.set_num_threads(config.run.torch_threads)
         torch.manual_seed(config.run.seed)
         self.algo_cfg = algorithm_config(config)
+        self.make_envs = make_envs or make_sim_envs
 
     def _build(self):
         cfg = self.config
-        venv = sim_envs.make_vector(
-            cfg.env.id,
-            cfg.env.num_envs,
-            backend=cfg.env.backend,
-            num_workers=cfg.env.num_workers,
-            **cfg.env.kwargs,
-        )
+        venv = self.make_envs(cfg)
         policy = make_policy(venv.spec, cfg.policy)
         algorithm = algorithm_class(cfg.algorithm)(policy, self.algo_cfg)
         return venv, policy, algorithm
@@ -92,11 +105,14 @@ class Runner:
         try:
             while progress.env_steps < cfg.run.total_env_steps and not self._out_of_time(progress):
                 tick = time.perf_counter()
+                if hasattr(venv, "refresh"):
+                    venv.refresh()
                 result = algorithm.iterate(venv, iteration_seed(cfg, progress.iteration))
                 progress.iteration += 1
                 progress.env_steps += result.env_steps
                 progress.wall_s = time.perf_counter() - start_wall
                 metrics = self._metrics(progress, result, time.perf_counter() - tick)
+                metrics.update(source_metrics(venv, result.finished))
                 if cfg.run.eval_every and progress.iteration % cfg.run.eval_every == 0:
                     metrics.update(self._evaluate(policy, progress))
                 logger.log(metrics)
@@ -140,3 +156,19 @@ class Runner:
             policy, cfg.env.id, dict(cfg.env.kwargs), cfg.run.eval_episodes, seed=10_000_000, video_path=video
         )
         return {f"eval/{k.removeprefix('eval_')}": v for k, v in stats.items()}
+
+
+def source_metrics(venv, finished) -> dict:
+    """Per-source episode figures (``source/robot:twin/success_rate``...) when the env mixes sources."""
+    sources = getattr(venv, "sources", None)
+    if not sources:
+        return {}
+    from trainer.algorithms.common import episode_metrics
+
+    metrics = {}
+    for source in sorted(set(sources)):
+        episodes = [e for e in finished if sources[e.env_index] == source]
+        metrics[f"source/{source}/episodes"] = len(episodes)
+        if episodes:
+            metrics.update({f"source/{source}/{k}": v for k, v in episode_metrics(episodes).items()})
+    return metrics

@@ -1,4 +1,4 @@
-"""The env pool: sim envs and remote robots behind one contract, robots joining and dropping live."""
+"""The env pool: sim envs and remote robots behind one vector env, robots joining and dropping live."""
 
 from __future__ import annotations
 
@@ -10,16 +10,16 @@ import pytest
 import sim_envs
 from protos import validate_observation
 from tests.integration.link_harness import start_agent, start_server, wait_until
-from trainer.server.remote_env import EnvPool, RemoteRobotEnv
-from trainer.server.session import RobotUnavailable
+from trainer.server.env_pool import EnvPool
+from trainer.server.remote_env import RemoteRobotEnv
 
 pytestmark = pytest.mark.slow
 TWIN = {"max_episode_steps": 8, "cameras": ["front", "wrist"], "image_size": 64}
+SIM = {"cameras": ["front", "wrist"], "image_height": 64, "image_width": 64, "privileged_state": False}
 
 
-def actions(pool: EnvPool, rng) -> list[np.ndarray]:
-    return [rng.uniform(-0.3, 0.3, env.unwrapped.env_spec.action.dim if not isinstance(env, RemoteRobotEnv)
-                        else env.spec.action.dim).astype(np.float32) for env in pool.envs]  # fmt: skip
+def random_chunks(pool: EnvPool, rng, chunk: int = 2) -> np.ndarray:
+    return rng.uniform(-0.3, 0.3, (pool.num_envs, chunk, pool.spec.action.dim)).astype(np.float32)
 
 
 def test_a_remote_robot_obeys_the_env_contract(tmp_path):
@@ -31,8 +31,11 @@ def test_a_remote_robot_obeys_the_env_contract(tmp_path):
         obs, info = env.reset(seed=1)
         validate_observation(env.spec, obs)
         assert info["source"] == "robot:twin"
+        outcome = env.play_chunk(np.tile([0.2, 0, 0, 0, 0, 0, 1], (3, 1)).astype(np.float32))
+        assert [o.step for o in outcome.observations] == [1, 2, 3]  # one observation per executed tick
+        assert not outcome.done
         rewards, done = [], False
-        for _ in range(8):
+        for _ in range(5):
             obs, reward, terminated, truncated, info = env.step(np.array([0.2, 0, 0, 0, 0, 0, 1], np.float32))
             validate_observation(env.spec, obs)
             rewards.append(reward)
@@ -48,37 +51,64 @@ def test_a_remote_robot_obeys_the_env_contract(tmp_path):
 
 def test_the_pool_mixes_sim_and_robots_tags_sources_and_survives_a_drop(tmp_path):
     server = start_server()
-    sims = [sim_envs.make("rlinf/FrankaReach-v0", cameras=("front", "wrist"), image_height=64, image_width=64,
-                          privileged_state=False) for _ in range(2)]  # fmt: skip
-    pool = EnvPool(sims, server.server, server.loop, weights={"robot": 4.0})
+    sim = sim_envs.make_vector("rlinf/FrankaReach-v0", 2, backend="inline", **SIM)
+    pool = EnvPool(sim, server.server, server.loop, weights={"robot": 4.0})
     rng = np.random.default_rng(0)
-    pool.reset()
-    assert pool.sources == ["sim:rlinf/FrankaReach-v0"] * 2  # no robot yet: sim only
+    assert pool.refresh() == [] and pool.num_envs == 2  # no robot yet: sim only
     first = start_agent(server.server.port, tmp_path / "a", robot_id="twin-a", driver=TWIN)
+    second = None
     try:
         wait_until(lambda: "twin-a" in server.server.sessions, what="a robot")
-        step = pool.step(actions(pool, rng))  # the robot joins this step
-        assert step.sources[-1] == "robot:twin-a" and step.infos[-1].get("skipped")
-        for _ in range(10):
-            step = pool.step(actions(pool, rng))
-        assert list(step.weights) == [1.0, 1.0, 4.0]
-        assert all(info["source"] == source for info, source in zip(step.infos, step.sources))
-        # A second robot joins, then the first drops mid-episode.
+        assert pool.refresh() == ["twin-a"]  # joins between iterations
+        assert pool.sources == ["sim:rlinf/FrankaReach-v0"] * 2 + ["robot:twin-a"]
+        assert list(pool.source_weights) == [1.0, 1.0, 4.0]
+        obs, _ = pool.reset(seed=3)
+        assert obs["state"].shape == (3, pool.spec.state_dim)
+        assert obs["images"]["front"].shape == (3, 64, 64, 3) and obs["images"]["front"][2].any()
+        finished = []
+        for _ in range(6):  # 12 ticks: the robot's 8-step episode ends and it auto-resets
+            result = pool.chunk_step(random_chunks(pool, rng))
+            assert result.valid[2].any() and not result.aborted
+            finished += [e for e in result.finished if e.env_index == 2]
+        assert [e.length for e in finished] == [8]
+        assert result.rewards[2].any()  # the twin's dense reward comes through
+
+        # A second robot waits for the next refresh; the first drops mid-episode.
         second = start_agent(server.server.port, tmp_path / "b", robot_id="twin-b", driver=TWIN)
         wait_until(lambda: "twin-b" in server.server.sessions, what="a second robot")
-        pool.step(actions(pool, rng))
-        assert pool.sources[-1] == "robot:twin-b"
+        assert pool.num_envs == 3
         first.stop()
         wait_until(lambda: server.server.sessions["twin-a"].state == "disconnected", what="the drop")
-        step = pool.step(actions(pool, rng))
-        assert step.infos[2]["aborted"] and step.truncated[2]  # the cut episode is marked, not trained on
-        for _ in range(5):
-            step = pool.step(actions(pool, rng))  # no crash; sim and the other robot go on
-        assert step.infos[2].get("skipped") and not step.infos[3].get("skipped")
-        with pytest.raises(RobotUnavailable):
-            pool.envs[2].reset()
-        second.stop()
+        result = pool.chunk_step(random_chunks(pool, rng))
+        assert result.aborted == [2] and not result.valid[2].any()  # the cut episode is marked
+        for _ in range(3):
+            result = pool.chunk_step(random_chunks(pool, rng))  # no crash; the sims go on
+            assert not result.valid[2].any() and result.valid[:2].all(axis=1).all()
+        assert pool.refresh() == ["twin-b"]  # next iteration: the dropped robot is out, the new one in
+        assert pool.sources[2:] == ["robot:twin-b"]
+        pool.reset(seed=4)
+        result = pool.chunk_step(random_chunks(pool, rng))
+        assert result.valid[2].all()
     finally:
         first.stop()
+        if second is not None:
+            second.stop()
+        pool.close()
+        server.stop()
+
+
+def test_a_robot_whose_spec_does_not_fit_is_left_out(tmp_path, caplog):
+    server = start_server()
+    sim = sim_envs.make_vector(
+        "rlinf/FrankaReach-v0", 1, backend="inline", **{**SIM, "action_rotation": False}
+    )
+    pool = EnvPool(sim, server.server, server.loop)
+    agent = start_agent(server.server.port, tmp_path, robot_id="twin", driver=TWIN)
+    try:
+        wait_until(lambda: "twin" in server.server.sessions, what="the robot")
+        assert pool.refresh() == [] and pool.num_envs == 1
+        assert "expected state 22 / action 4, robot twin has state 22 / action 7" in caplog.text
+    finally:
+        agent.stop()
         pool.close()
         server.stop()

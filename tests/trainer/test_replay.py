@@ -73,3 +73,21 @@ def test_random_shift_moves_content_but_keeps_shape():
     assert all(abs(r - 6) <= 2 and abs(c - 6) <= 2 for r, c in peaks)
     assert len(set(peaks)) > 1
     torch.testing.assert_close(random_shift(images, pad=0), images)
+
+
+def test_picked_rows_are_added_and_discarded_rows_are_never_sampled(spec):
+    buffer = ReplayBuffer(spec, capacity=8, cameras=[])
+    rows = buffer.add(
+        fake_obs(spec, 4, 0), np.zeros((4, 7), np.float32), np.arange(4.0), np.zeros(4), fake_obs(spec, 4, 1),
+        rows=np.array([True, False, True, True]),
+    )  # fmt: skip
+    assert len(buffer) == 3 and sorted(buffer.data["reward"][:3].tolist()) == [0, 2, 3]
+    buffer.discard(rows[1:])  # the rows of rewards 2 and 3: an aborted episode
+    assert buffer.usable_size == 1
+    assert set(buffer.sample(256)["reward"].tolist()) == {0.0}
+    # Overwriting a discarded slot makes it usable again.
+    for value in range(4):
+        buffer.add(fake_obs(spec, 2, 0), np.zeros((2, 7), np.float32), np.full(2, 10.0 + value), np.zeros(2),
+                   fake_obs(spec, 2, 0))  # fmt: skip
+    assert buffer.usable_size == 8
+    assert set(buffer.sample(512)["reward"].tolist()) == {10.0, 11.0, 12.0, 13.0}

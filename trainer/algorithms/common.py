@@ -24,6 +24,9 @@ class OnPolicyBatch:
     dones: torch.Tensor  # [T, N], episode ended after this decision (terminated or truncated)
     terminated: torch.Tensor  # [T, N]
     bootstrap_values: torch.Tensor  # [T, N], V(final obs) where an episode was truncated, else 0
+    # [T, N] per-decision training weight: the source's sampling weight, 0 where nothing was played
+    # (a dead robot slot) or the episode was aborted. Ones for plain sim envs.
+    weights: torch.Tensor | None = None
     last_obs: dict[str, Any] = field(default_factory=dict)  # the observation after the last decision
     env_steps: int = 0
     finished: list[EpisodeSummary] = field(default_factory=list)
@@ -41,9 +44,19 @@ def select_obs(obs: dict[str, Any], idx: torch.Tensor) -> dict[str, Any]:
     return {"state": obs["state"][idx], "images": {k: v[idx] for k, v in obs["images"].items()}}
 
 
-def clipped_surrogate_loss(advantages: torch.Tensor, ratio: torch.Tensor, clip: float) -> torch.Tensor:
+def weighted_mean(values: torch.Tensor, weights: torch.Tensor | None) -> torch.Tensor:
+    """Mean of ``values`` under per-sample ``weights`` (plain mean when None)."""
+    if weights is None:
+        return values.mean()
+    return (values * weights).sum() / weights.sum().clamp_min(1e-8)
+
+
+def clipped_surrogate_loss(
+    advantages: torch.Tensor, ratio: torch.Tensor, clip: float, weights: torch.Tensor | None = None
+) -> torch.Tensor:
     """PPO's pessimistic clipped policy objective, as a loss to minimise."""
-    return torch.max(-advantages * ratio, -advantages * torch.clamp(ratio, 1 - clip, 1 + clip)).mean()
+    surrogate = torch.max(-advantages * ratio, -advantages * torch.clamp(ratio, 1 - clip, 1 + clip))
+    return weighted_mean(surrogate, weights)
 
 
 def _stack_obs(observations: list[dict[str, Any]]) -> dict[str, Any]:
@@ -65,7 +78,11 @@ def collect_on_policy(
     obs, _ = venv.reset(seed=seed, seeds=seeds)
     keep = lambda o: {"state": o["state"], "images": {c: o["images"][c] for c in cameras}}  # noqa: E731
     stored, samples, log_probs, values = [], [], [], []
-    rewards, dones, terminated, bootstrap = [], [], [], []
+    rewards, dones, terminated, bootstrap, weights = [], [], [], [], []
+    source_weights = torch.as_tensor(
+        getattr(venv, "source_weights", np.ones(venv.num_envs)), dtype=torch.float32
+    )
+    episode_start = [0] * venv.num_envs  # decision index where each env's current episode began
     finished: list[EpisodeSummary] = []
     env_steps = 0
     for _ in range(num_steps):
@@ -77,6 +94,12 @@ def collect_on_policy(
         values.append(out.value if out.value is not None else torch.zeros(venv.num_envs))
         result = venv.chunk_step(out.actions.numpy())
         env_steps += int(result.valid.sum())
+        weights.append(source_weights * torch.as_tensor(result.valid.any(1), dtype=torch.float32))
+        for i in result.aborted:  # the whole cut episode is untrainable, not just this decision
+            for t in range(episode_start[i], len(weights)):
+                weights[t][i] = 0.0
+        for i in np.flatnonzero(result.done):
+            episode_start[i] = len(weights)
         rewards.append(torch.as_tensor((result.rewards * result.valid).sum(1)))
         step_done = result.done
         dones.append(torch.as_tensor(step_done))
@@ -101,6 +124,7 @@ def collect_on_policy(
         dones=torch.stack(dones).float(),
         terminated=torch.stack(terminated).float(),
         bootstrap_values=torch.stack(bootstrap),
+        weights=torch.stack(weights),
         last_obs=obs,
         env_steps=env_steps,
         finished=finished,

@@ -25,6 +25,7 @@ from trainer.algorithms.common import (
     generalized_advantages,
     policy_cameras,
     select_obs,
+    weighted_mean,
 )
 
 
@@ -73,6 +74,10 @@ class PPO:
         old_log_probs = batch.log_probs.flatten()
         old_values = batch.values.flatten()
         advantages, returns = advantages.flatten(), returns.flatten()
+        # Per-sample weights (source weights; 0 for aborted robot episodes). Uniform: plain means.
+        weights = batch.weights.flatten() if batch.weights is not None else None
+        if weights is not None and bool((weights == 1).all()):
+            weights = None
         size = samples.shape[0]
         minibatch = max(1, size // cfg.num_minibatches)
 
@@ -84,29 +89,34 @@ class PPO:
             epoch_kl = []
             for start in range(0, size, minibatch):
                 idx = order[start : start + minibatch]
+                mb_w = weights[idx] if weights is not None else None
+                if mb_w is not None and float(mb_w.sum()) == 0.0:
+                    continue  # nothing trainable in this minibatch
                 mb_obs = select_obs(obs, idx)
                 evaluation = policy.evaluate(mb_obs, samples[idx])
                 log_ratio = evaluation.log_prob - old_log_probs[idx]
                 ratio = log_ratio.exp()
                 with torch.no_grad():
-                    approx_kl = ((ratio - 1) - log_ratio).mean()  # the low-variance k3 estimator
-                    clip_frac = ((ratio - 1.0).abs() > cfg.clip_coef).float().mean()
+                    approx_kl = weighted_mean((ratio - 1) - log_ratio, mb_w)  # the low-variance k3 estimator
+                    clip_frac = weighted_mean(((ratio - 1.0).abs() > cfg.clip_coef).float(), mb_w)
 
                 mb_adv = advantages[idx]
                 if cfg.normalize_advantages and len(idx) > 1:
-                    mb_adv = (mb_adv - mb_adv.mean()) / (mb_adv.std() + 1e-8)
-                policy_loss = clipped_surrogate_loss(mb_adv, ratio, cfg.clip_coef)
+                    kept = mb_adv if mb_w is None else mb_adv[mb_w > 0]
+                    if len(kept) > 1:
+                        mb_adv = (mb_adv - kept.mean()) / (kept.std() + 1e-8)
+                policy_loss = clipped_surrogate_loss(mb_adv, ratio, cfg.clip_coef, mb_w)
 
                 # Clipped value loss, as in the PPO reference implementation.
                 value = evaluation.value
                 value_clipped = old_values[idx] + torch.clamp(
                     value - old_values[idx], -cfg.clip_coef, cfg.clip_coef
                 )
-                value_loss = (
-                    0.5 * torch.max((value - returns[idx]) ** 2, (value_clipped - returns[idx]) ** 2).mean()
+                value_loss = 0.5 * weighted_mean(
+                    torch.max((value - returns[idx]) ** 2, (value_clipped - returns[idx]) ** 2), mb_w
                 )
 
-                entropy = evaluation.entropy.mean()
+                entropy = weighted_mean(evaluation.entropy, mb_w)
                 loss = policy_loss + cfg.value_coef * value_loss - cfg.entropy_coef * entropy
                 self.optimizer.zero_grad()
                 loss.backward()
@@ -122,7 +132,7 @@ class PPO:
                 ):
                     stats[key].append(float(value_.detach()))
                 epoch_kl.append(float(approx_kl))
-            if cfg.target_kl and np.mean(epoch_kl) > cfg.target_kl:
+            if cfg.target_kl and epoch_kl and np.mean(epoch_kl) > cfg.target_kl:
                 break
 
         explained = 1.0 - float(torch.var(returns - old_values) / (torch.var(returns) + 1e-8))

@@ -12,7 +12,11 @@ from protos import EnvSpec
 
 
 class ReplayBuffer:
-    """Ring buffer of (obs, action in [-1, 1], reward, terminated, next_obs)."""
+    """Ring buffer of (obs, action in [-1, 1], reward, terminated, next_obs).
+
+    Rows can be ``discard``-ed after the fact (a robot episode that was aborted): they are never
+    sampled again, and their slots are reused as the ring wraps.
+    """
 
     def __init__(self, spec: EnvSpec, capacity: int, cameras: list[str]) -> None:
         self.capacity, self.cameras = capacity, list(cameras)
@@ -23,7 +27,9 @@ class ReplayBuffer:
             "action": np.zeros((capacity, spec.action.dim), np.float32),
             "reward": np.zeros(capacity, np.float32),
             "terminated": np.zeros(capacity, np.float32),
+            "usable": np.ones(capacity, bool),
         }
+        self._discarded = 0
         for cam in self.cameras:
             shape = spec.camera(cam).shape
             self.data[f"image.{cam}"] = np.zeros((capacity, *shape), np.uint8)
@@ -39,25 +45,49 @@ class ReplayBuffer:
         rewards: np.ndarray,
         terminated: np.ndarray,
         next_obs: dict[str, Any],
-    ) -> None:
-        """Add a batch of N transitions (batched observation layout)."""
-        n = len(rewards)
+        rows: np.ndarray | None = None,
+    ) -> np.ndarray:
+        """Add a batch of transitions (batched observation layout); ``rows`` picks some of them.
+
+        Returns the buffer indices written, in row order.
+        """
+        rows = np.arange(len(rewards)) if rows is None else np.asarray(rows)
+        if rows.dtype == bool:
+            rows = np.flatnonzero(rows)
+        n = len(rows)
         idx = (self.cursor + np.arange(n)) % self.capacity
-        self.data["state"][idx] = obs["state"]
-        self.data["next_state"][idx] = next_obs["state"]
-        self.data["action"][idx] = actions
-        self.data["reward"][idx] = rewards
-        self.data["terminated"][idx] = terminated
+        self._discarded -= int((~self.data["usable"][idx[idx < self.size]]).sum())
+        self.data["state"][idx] = obs["state"][rows]
+        self.data["next_state"][idx] = next_obs["state"][rows]
+        self.data["action"][idx] = actions[rows]
+        self.data["reward"][idx] = rewards[rows]
+        self.data["terminated"][idx] = terminated[rows]
+        self.data["usable"][idx] = True
         for cam in self.cameras:
-            self.data[f"image.{cam}"][idx] = obs["images"][cam]
-            self.data[f"next_image.{cam}"][idx] = next_obs["images"][cam]
+            self.data[f"image.{cam}"][idx] = obs["images"][cam][rows]
+            self.data[f"next_image.{cam}"][idx] = next_obs["images"][cam][rows]
         self.cursor = int((self.cursor + n) % self.capacity)
         self.size = min(self.size + n, self.capacity)
+        return idx
+
+    def discard(self, idx) -> None:
+        """Never sample these rows again (e.g. the transitions of an aborted robot episode)."""
+        idx = np.asarray(idx, dtype=np.int64)
+        self._discarded += int(self.data["usable"][idx].sum())
+        self.data["usable"][idx] = False
+
+    @property
+    def usable_size(self) -> int:
+        return self.size - self._discarded
 
     def sample(self, batch_size: int, generator: torch.Generator | None = None) -> dict[str, Any]:
-        if self.size == 0:
+        if self.usable_size <= 0:
             raise ValueError("cannot sample from an empty replay buffer")
-        idx = torch.randint(0, self.size, (batch_size,), generator=generator).numpy()
+        if self._discarded:
+            candidates = np.flatnonzero(self.data["usable"][: self.size])
+            idx = candidates[torch.randint(0, len(candidates), (batch_size,), generator=generator).numpy()]
+        else:
+            idx = torch.randint(0, self.size, (batch_size,), generator=generator).numpy()
         take = lambda key: torch.as_tensor(self.data[key][idx])  # noqa: E731
         return {
             "obs": {"state": take("state"), "images": {c: take(f"image.{c}") for c in self.cameras}},
@@ -82,6 +112,9 @@ class ReplayBuffer:
             if size > self.capacity:
                 raise ValueError(f"saved buffer holds {size} transitions, more than capacity {self.capacity}")
             for key, array in self.data.items():
+                if key == "usable" and key not in saved:  # saved before rows could be discarded
+                    array[:size] = True
+                    continue
                 if key not in saved:
                     raise ValueError(f"saved buffer lacks {key!r} (different cameras?)")
                 if saved[key].shape[1:] != array.shape[1:]:
@@ -90,3 +123,4 @@ class ReplayBuffer:
                     )
                 array[:size] = saved[key]
             self.size, self.cursor = size, int(saved["cursor"])
+            self._discarded = int((~self.data["usable"][:size]).sum())

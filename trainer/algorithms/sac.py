@@ -99,18 +99,27 @@ class SAC:
         self.before_iteration(venv, seed)
         obs, _ = venv.reset(seed=seed)
         finished, stats, steps = [], [], 0
+        episode_rows: list[list[int]] = [[] for _ in range(venv.num_envs)]  # buffer rows per env's episode
         for _ in range(decisions_per_episode(venv, self.policy)):
             unit_actions = self.explore(obs)
             result = venv.chunk_step(self.policy.to_env_units(unit_actions).numpy()[:, None, :])
-            self.buffer.add(
-                obs, unit_actions.numpy(), result.rewards[:, 0], result.terminated[:, 0], result.next_obs()
-            )
-            self.env_steps += venv.num_envs
-            steps += venv.num_envs
+            played = np.flatnonzero(result.valid[:, 0])  # a dead robot slot plays nothing
+            written = self.buffer.add(
+                obs, unit_actions.numpy(), result.rewards[:, 0], result.terminated[:, 0], result.next_obs(),
+                rows=played,
+            )  # fmt: skip
+            for env, row in zip(played, written):
+                episode_rows[env].append(int(row))
+            for env in result.aborted:  # a robot dropped: its whole episode is unusable
+                self.buffer.discard(episode_rows[env])
+            for env in [*np.flatnonzero(result.done), *result.aborted]:
+                episode_rows[env] = []
+            self.env_steps += len(played)
+            steps += len(played)
             finished.extend(result.finished)
             obs = result.obs
             if self.env_steps >= self.cfg.learning_starts:
-                self.pending_updates += venv.num_envs * self.cfg.utd_ratio
+                self.pending_updates += len(played) * self.cfg.utd_ratio
                 while self.pending_updates >= 1.0:
                     stats.append(self.update())
                     self.pending_updates -= 1.0

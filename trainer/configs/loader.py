@@ -6,6 +6,7 @@ from dataclasses import fields, is_dataclass
 from pathlib import Path
 from typing import Any
 
+import yaml
 from omegaconf import OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
@@ -59,12 +60,20 @@ def load_structured(schema_class: type, path: Path | None, overrides: list[str] 
     """A typed dataclass config from an optional YAML file plus ``key=value`` overrides, every key checked."""
     merged = OmegaConf.structured(schema_class)
     if path is not None:
-        merged = _merge(merged, OmegaConf.load(path))
+        try:
+            loaded = OmegaConf.load(path)
+        except yaml.YAMLError as exc:
+            raise ConfigError(f"{path} is not valid YAML: {' '.join(str(exc).split())}") from None
+        merged = _merge(merged, loaded)
     if overrides:
         for item in overrides:
             if "=" not in item:
                 raise ConfigError(f"override {item!r} must look like key=value (e.g. run.seed=1)")
-        merged = _merge(merged, OmegaConf.from_dotlist(list(overrides)))
+        try:
+            dotlist = OmegaConf.from_dotlist(list(overrides))
+        except yaml.YAMLError as exc:
+            raise ConfigError(f"an override's value is not valid YAML: {str(exc).splitlines()[0]}") from None
+        merged = _merge(merged, dotlist)
     try:
         return OmegaConf.to_object(merged)
     except (OmegaConfBaseException, ValueError, TypeError) as exc:

@@ -54,11 +54,31 @@ class EvalSection:
 
 
 @dataclass
+class TrainSection:
+    """``train`` mode: a training config (as for ``rlinf-trainer train``) run on sim envs + robots."""
+
+    config: str = "ppo_reach"  # a preset name or a YAML path
+    overrides: list[str] = field(default_factory=list)  # key=value for the training config
+    sim_weight: float = 1.0  # sampling weight of sim transitions
+    robot_weight: float = 1.0  # sampling weight of robot transitions
+    min_robots: int = 0  # wait for this many robots before the first iteration
+    wait_timeout_s: float = 600.0
+    step_timeout_s: float = 10.0  # a robot that sends nothing for this long is dropped for the iteration
+    resume: bool = False  # continue the run in run.output_dir from its newest checkpoint
+
+
+# Algorithms whose iterations can consume robots. GRPO needs groups of envs reset to the same seed,
+# which a real robot cannot replay.
+POOL_ALGORITHMS = ("ppo", "sac", "rlpd")
+
+
+@dataclass
 class ServeConfig:
     server: ServerSection = field(default_factory=ServerSection)
     data: DataSection = field(default_factory=DataSection)
     collect: CollectSection = field(default_factory=CollectSection)
     eval: EvalSection = field(default_factory=EvalSection)
+    train: TrainSection = field(default_factory=TrainSection)
     log_dir: str = "runs/serve"  # TensorBoard figures per robot
 
 
@@ -69,7 +89,18 @@ def load_serve_config(path: str | None, overrides: list[str] | None = None) -> S
     if config.server.mode not in MODES:
         raise ConfigError(f"server.mode must be one of {MODES}, got {config.server.mode!r}")
     if config.server.mode == "train":
-        raise ConfigError("server.mode=train is not wired to the algorithms yet; use collect or eval")
+        training = training_config(config)
+        if training.algorithm not in POOL_ALGORITHMS:
+            raise ConfigError(
+                f"server.mode=train runs {POOL_ALGORITHMS} on robots; {training.algorithm!r} cannot "
+                "(GRPO's groups replay one seed, which a real robot cannot)"
+            )
+        if training.env.num_envs < 1:
+            raise ConfigError(
+                "server.mode=train needs env.num_envs >= 1 sim env (the pool's spec comes from it)"
+            )
+        if min(config.train.sim_weight, config.train.robot_weight) < 0:
+            raise ConfigError("train.sim_weight and train.robot_weight must be >= 0")
     if config.server.mode == "eval" and not Path(config.eval.policy_path).is_file():
         raise ConfigError(
             f"server.mode=eval needs eval.policy_path, a saved policy file; got {config.eval.policy_path!r}"
@@ -79,3 +110,17 @@ def load_serve_config(path: str | None, overrides: list[str] | None = None) -> S
     if not config.data.record_dir:
         raise ConfigError("data.record_dir must name the dataset folder")
     return config
+
+
+def training_config(config: ServeConfig):
+    """The ``train`` section's training config; its run directory defaults to ``<log_dir>/train``."""
+    from dataclasses import replace
+
+    from trainer.configs.loader import load_config
+
+    training = load_config(config.train.config, config.train.overrides)
+    if not training.run.output_dir:
+        training = replace(
+            training, run=replace(training.run, output_dir=str(Path(config.log_dir) / "train"))
+        )
+    return training

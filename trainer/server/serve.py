@@ -239,7 +239,67 @@ async def serve(config: ServeConfig, stop: asyncio.Event, on_started=None) -> Li
     return server
 
 
+def connected_robots(server: LinkServer) -> list[str]:
+    return [robot_id for robot_id, s in server.sessions.items() if s.state != "disconnected"]
+
+
+def train(config: ServeConfig, on_started=None):
+    """``train`` mode: the configured algorithm iterates on an :class:`EnvPool` of sim envs + robots.
+
+    The link server runs on its own loop thread; training runs here, so Ctrl-C checkpoints the run
+    as ``rlinf-trainer train`` does. Robot episodes are recorded to ``data.record_dir`` as in
+    ``collect``. Returns the runner's :class:`~trainer.checkpoint.Progress`.
+    """
+    import time
+
+    from trainer.checkpoint import latest_checkpoint
+    from trainer.runner import Runner, make_sim_envs
+    from trainer.server.config import training_config
+    from trainer.server.env_pool import EnvPool
+    from trainer.server.link_server import LinkServerThread
+
+    training = training_config(config)
+    run_dir = Path(training.run.output_dir)
+    resume = run_dir if config.train.resume and latest_checkpoint(run_dir) is not None else None
+    sink = LeRobotEpisodeSink(config.data.record_dir, config.data.video_codec)
+    link = LinkServer(
+        LinkServerConfig(host=config.server.host, port=config.server.port, auth=auth_from(config)), sink=sink
+    )
+    thread = LinkServerThread(link).start()
+    log.info("serving robots on %s:%d (mode train: %s on %s), recording robot episodes to %s",
+             config.server.host, link.port, training.algorithm, training.env.id, config.data.record_dir)  # fmt: skip
+    if on_started is not None:
+        on_started(link)
+    try:
+        deadline = time.monotonic() + config.train.wait_timeout_s
+        while len(connected_robots(link)) < config.train.min_robots:
+            if time.monotonic() > deadline:
+                raise TimeoutError(
+                    f"train.min_robots={config.train.min_robots}: only {len(connected_robots(link))} robots "
+                    f"connected after {config.train.wait_timeout_s:.0f} s"
+                )
+            time.sleep(0.2)
+
+        def make_envs(cfg):
+            weights = {"sim": config.train.sim_weight, "robot": config.train.robot_weight}
+            return EnvPool(make_sim_envs(cfg), link, thread.loop, weights, config.train.step_timeout_s,
+                           seed=cfg.run.seed)  # fmt: skip
+
+        return Runner(training, resume_dir=resume, make_envs=make_envs).run()
+    finally:
+        thread.stop(grace=2.0)
+        link.store_executor.shutdown(wait=True)  # every acknowledged episode is on disk
+
+
 def main(config: ServeConfig) -> int:
+    if config.server.mode == "train":
+        try:
+            progress = train(config)
+        except KeyboardInterrupt:
+            return 130
+        log.info("training done: %d iterations, %d env steps", progress.iteration, progress.env_steps)
+        return 0
+
     async def run() -> None:
         stop = asyncio.Event()
         loop = asyncio.get_running_loop()

@@ -52,6 +52,7 @@ class RobotSession:
         self.stats = SessionStats()
         self.outbox: asyncio.Queue[pb.TrainerMessage | None] = asyncio.Queue()
         self.latest: pb.Observation | None = None
+        self.recent: deque[pb.Observation] = deque(maxlen=1024)  # every step of a chunk, not just the newest
         self.events: asyncio.Queue[pb.EpisodeEvent] = asyncio.Queue()
         self._new_observation = asyncio.Condition()
         self._received_at: dict[int, float] = {}
@@ -68,6 +69,7 @@ class RobotSession:
         self.state = "holding" if obs.holding else "streaming"
         async with self._new_observation:
             self.latest = obs
+            self.recent.append(obs)
             self._new_observation.notify_all()
 
     async def next_observation(self, after_seq: int = -1, timeout: float | None = None) -> pb.Observation:
@@ -82,6 +84,11 @@ class RobotSession:
                 raise RobotUnavailable(f"robot {self.robot_id!r} disconnected")
             assert self.latest is not None
             return self.latest
+
+    async def observations_after(self, after_seq: int, timeout: float | None = None) -> list[pb.Observation]:
+        """Every buffered observation with ``seq > after_seq``, oldest first (waits for at least one)."""
+        await self.next_observation(after_seq, timeout)
+        return [obs for obs in self.recent if obs.seq > after_seq]
 
     async def close(self) -> None:
         self.state = "disconnected"

@@ -1,0 +1,263 @@
+"""Sim envs and connected robots as one vector env, for co-training.
+
+:class:`EnvPool` speaks :class:`~sim_envs.vector.SimVectorEnv`'s batched contract (``reset``,
+``chunk_step``, ``num_envs``, ``spec``), so every algorithm consumes it unchanged. Slots
+``0..n_sim-1`` are the sim envs; the rest are robots. Each slot has a source tag (``sim:<task>``,
+``robot:<id>``) and a sampling weight.
+
+Membership changes only in :meth:`refresh`, which the runner calls between iterations: robots that
+joined are added (if their spec fits), robots that left are removed. Within an iteration a robot
+that drops keeps its slot as a dead one: its transitions come back invalid, and the episode it was
+in is listed in ``ChunkResult.aborted`` so the algorithms drop it. Robot chunks play in threads
+while the sim envs step, so the robots' real-time ticks overlap the simulation.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from protos import robot_link_pb2 as pb
+from protos.env_spec import EnvSpec
+from sim_envs.vector import ChunkResult, EpisodeSummary, SimVectorEnv
+from trainer.server.link_server import LinkServer
+from trainer.server.remote_env import RemoteRobotEnv, spec_mismatch
+from trainer.server.session import RobotUnavailable
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class _RobotSlot:
+    env: RemoteRobotEnv
+    obs: dict[str, Any] | None = None  # the newest observation; None: the slot is dead this iteration
+    episode_return: float = 0.0
+    episode_length: int = 0
+    episodes: int = 0
+
+
+@dataclass
+class _RobotChunk:
+    obs: dict[str, Any]
+    rewards: np.ndarray
+    terminated: np.ndarray
+    truncated: np.ndarray
+    success: np.ndarray
+    valid: np.ndarray
+    final_obs: dict[str, Any] | None = None
+    finished: EpisodeSummary | None = None
+    aborted: bool = False
+
+
+class EnvPool:
+    """N sim envs plus every compatible connected robot, behind the batched env contract."""
+
+    def __init__(
+        self, sim: SimVectorEnv, server: LinkServer | None = None, loop: asyncio.AbstractEventLoop | None = None,
+        weights: dict[str, float] | None = None, step_timeout_s: float = 10.0, seed: int = 0,
+    ) -> None:  # fmt: skip
+        self.sim, self.server, self.loop = sim, server, loop
+        self.spec: EnvSpec = sim.spec
+        self.weights = {"sim": 1.0, "robot": 1.0, **(weights or {})}
+        unknown = set(self.weights) - {"sim", "robot"}
+        if unknown:
+            raise ValueError(f"weights are by source kind ('sim', 'robot'); unknown {sorted(unknown)}")
+        self.step_timeout_s = step_timeout_s
+        self.decoder = ThreadPoolExecutor(4, thread_name_prefix="frame-decode")
+        self.robot_threads = ThreadPoolExecutor(8, thread_name_prefix="robot-step")
+        self.robots: list[_RobotSlot] = []
+        self._refused: dict[str, str] = {}
+        self._robot_seed = seed * 1_000_003 + 500_000  # robots reset from their own seed stream
+
+    # -- what the algorithms see ----------------------------------------------------------------
+    @property
+    def num_envs(self) -> int:
+        return self.sim.num_envs + len(self.robots)
+
+    @property
+    def env_id(self) -> str:
+        return self.sim.env_id
+
+    @property
+    def env_config(self) -> dict[str, Any]:
+        return self.sim.env_config
+
+    @property
+    def sources(self) -> list[str]:
+        return [f"sim:{self.spec.name}"] * self.sim.num_envs + [slot.env.source for slot in self.robots]
+
+    @property
+    def source_weights(self) -> np.ndarray:
+        return np.array([self.weights[source.split(":")[0]] for source in self.sources], np.float32)
+
+    stack_obs = staticmethod(SimVectorEnv.stack_obs)
+
+    # -- membership -----------------------------------------------------------------------------
+    def refresh(self) -> list[str]:
+        """Drop robots that left; add connected robots whose spec fits. Returns the ids added."""
+        if self.server is None:
+            return []
+        self.robots = [slot for slot in self.robots if slot.env.available]
+        known = {slot.env.robot_id for slot in self.robots}
+        added = []
+        for robot_id, session in list(self.server.sessions.items()):
+            if robot_id in known or session.state == "disconnected":
+                continue
+            problem = spec_mismatch(self.spec, session.spec, robot_id)
+            if problem:
+                if self._refused.get(robot_id) != problem:
+                    log.error("not training on robot %s: %s", robot_id, problem)
+                self._refused[robot_id] = problem
+                continue
+            env = RemoteRobotEnv(self.server, self.loop, robot_id, self.decoder, self.step_timeout_s)
+            self.robots.append(_RobotSlot(env))
+            added.append(robot_id)
+            log.info("robot %s joined the pool (slot %d)", robot_id, self.num_envs - 1)
+        return added
+
+    # -- the batched contract -------------------------------------------------------------------
+    def reset(
+        self, seed: int | None = None, seeds: list[int | None] | None = None
+    ) -> tuple[dict[str, Any], dict]:
+        if seeds is not None and len(seeds) != self.num_envs:
+            raise ValueError(f"seeds must have one entry per env ({self.num_envs}), got {len(seeds)}")
+        n_sim = self.sim.num_envs
+        robot_seeds = [seeds[n_sim + j] if seeds is not None else None for j in range(len(self.robots))]
+        futures = [
+            self.robot_threads.submit(self._reset_robot, slot, robot_seed)
+            for slot, robot_seed in zip(self.robots, robot_seeds)
+        ]
+        sim_obs, _ = self.sim.reset(seed=seed, seeds=seeds[:n_sim] if seeds is not None else None)
+        for future in futures:
+            future.result()
+        return self._stack(sim_obs, [slot.obs for slot in self.robots]), {}
+
+    def step(self, actions: np.ndarray) -> ChunkResult:
+        return self.chunk_step(np.asarray(actions)[:, None, :])
+
+    def chunk_step(self, actions: np.ndarray) -> ChunkResult:
+        actions = np.asarray(actions)
+        n_sim = self.sim.num_envs
+        if actions.ndim != 3 or actions.shape[0] != self.num_envs:
+            raise ValueError(
+                f"actions expected [{self.num_envs}, chunk, {self.spec.action.dim}], got {list(actions.shape)}"
+            )
+        futures = [
+            self.robot_threads.submit(self._robot_chunk, slot, actions[n_sim + j])
+            for j, slot in enumerate(self.robots)
+        ]
+        sim = self.sim.chunk_step(actions[:n_sim])
+        robot = [future.result() for future in futures]
+        finished = list(sim.finished)
+        for j, outcome in enumerate(robot):
+            if outcome.finished is not None:
+                finished.append(
+                    EpisodeSummary(
+                        n_sim + j,
+                        outcome.finished.episode_return,
+                        outcome.finished.length,
+                        outcome.finished.success,
+                    )
+                )
+        return ChunkResult(
+            obs=self._stack(sim.obs, [outcome.obs for outcome in robot]),
+            rewards=np.concatenate([sim.rewards, *[r.rewards[None] for r in robot]]),
+            terminated=np.concatenate([sim.terminated, *[r.terminated[None] for r in robot]]),
+            truncated=np.concatenate([sim.truncated, *[r.truncated[None] for r in robot]]),
+            success=np.concatenate([sim.success, *[r.success[None] for r in robot]]),
+            valid=np.concatenate([sim.valid, *[r.valid[None] for r in robot]]),
+            final_obs=[*sim.final_obs, *[r.final_obs for r in robot]],
+            finished=finished,
+            aborted=[*sim.aborted, *[n_sim + j for j, r in enumerate(robot) if r.aborted]],
+        )
+
+    # -- robots ---------------------------------------------------------------------------------
+    def _reset_robot(self, slot: _RobotSlot, seed: int | None) -> None:
+        if seed is None:
+            self._robot_seed += 1
+            seed = self._robot_seed
+        try:
+            slot.obs = self._select(slot.env.reset(seed=seed)[0])
+        except (RobotUnavailable, TimeoutError, asyncio.TimeoutError) as exc:
+            log.warning("robot %s could not start an episode (%s); its slot sits out", slot.env.robot_id, exc)
+            slot.obs = None
+        slot.episode_return, slot.episode_length = 0.0, 0
+
+    def _robot_chunk(self, slot: _RobotSlot, actions: np.ndarray) -> _RobotChunk:
+        chunk = len(actions)
+        out = _RobotChunk(
+            obs=slot.obs if slot.obs is not None else self._blank_obs(),
+            rewards=np.zeros(chunk, np.float32),
+            terminated=np.zeros(chunk, bool),
+            truncated=np.zeros(chunk, bool),
+            success=np.zeros(chunk, bool),
+            valid=np.zeros(chunk, bool),
+        )
+        if slot.obs is None:  # dead for the rest of this iteration
+            return out
+        try:
+            outcome = slot.env.play_chunk(actions)
+        except (TimeoutError, asyncio.TimeoutError):
+            outcome = None
+        if outcome is None or outcome.aborted:
+            log.warning("robot %s: episode aborted mid-chunk; it is not trained on", slot.env.robot_id)
+            slot.obs, out.aborted = None, True
+            return out
+        played = len(outcome.observations)
+        for k, observation in enumerate(outcome.observations):
+            transition = observation.transition
+            out.rewards[k], out.success[k], out.valid[k] = transition.reward, transition.success, True
+        slot.episode_return += float(out.rewards.sum())
+        slot.episode_length += played
+        if played:
+            slot.obs = self._select(slot.env.decode(outcome.observations[-1]))
+            out.obs = slot.obs
+        if outcome.end is not None:
+            last = outcome.observations[-1].transition if played else pb.Transition()
+            k = max(played - 1, 0)
+            out.terminated[k] = bool(last.terminated)
+            out.truncated[k] = not last.terminated
+            out.final_obs = out.obs
+            success = bool(outcome.end.success or last.success)
+            out.finished = EpisodeSummary(-1, slot.episode_return, slot.episode_length, success)
+            slot.episodes += 1
+            self._reset_robot(slot, None)
+            out.obs = slot.obs if slot.obs is not None else self._blank_obs()
+        return out
+
+    def _select(self, obs: dict[str, Any]) -> dict[str, Any]:
+        """The robot's observation with just the cameras the sim envs have."""
+        return {**obs, "images": {name: obs["images"][name] for name in self.spec.camera_names}}
+
+    def _blank_obs(self) -> dict[str, Any]:
+        return {
+            "state": np.zeros(self.spec.state_dim, np.float32),
+            "images": {
+                name: np.zeros(self.spec.camera(name).shape, np.uint8) for name in self.spec.camera_names
+            },
+            "instruction": self.spec.instruction,
+        }
+
+    def _stack(self, sim_obs: dict[str, Any], robot_obs: list[dict[str, Any] | None]) -> dict[str, Any]:
+        if not robot_obs:
+            return sim_obs
+        rows = [row if row is not None else self._blank_obs() for row in robot_obs]
+        robots = SimVectorEnv.stack_obs(rows)
+        return {
+            "state": np.concatenate([sim_obs["state"], robots["state"]]),
+            "images": {
+                name: np.concatenate([sim_obs["images"][name], robots["images"][name]])
+                for name in sim_obs["images"]
+            },
+            "instruction": [*sim_obs["instruction"], *robots["instruction"]],
+        }
+
+    def close(self) -> None:
+        self.sim.close()
+        self.robot_threads.shutdown(wait=False, cancel_futures=True)
+        self.decoder.shutdown(wait=False)
