@@ -79,6 +79,15 @@ class Runner:
 
     def _build(self):
         cfg = self.config
+        if cfg.cluster.placement != "sequential":
+            # Envs, inference and updates live in Ray workers; one object plays venv and algorithm.
+            from trainer.distributed.session import build_distributed
+
+            spec_env = sim_envs.make(cfg.env.id, **cfg.env.kwargs)
+            policy = make_policy(spec_env.env_spec, cfg.policy)
+            spec_env.close()
+            distributed = build_distributed(cfg, policy, self.algo_cfg)
+            return distributed, policy, distributed
         venv = self.make_envs(cfg)
         policy = make_policy(venv.spec, cfg.policy)
         algorithm = algorithm_class(cfg.algorithm)(policy, self.algo_cfg)

@@ -9,7 +9,7 @@ import numpy as np
 import torch
 
 from policies import Policy
-from sim_envs.vector import EpisodeSummary, SimVectorEnv
+from sim_envs.vector import ChunkResult, EpisodeSummary, SimVectorEnv
 
 
 @dataclass
@@ -66,6 +66,71 @@ def _stack_obs(observations: list[dict[str, Any]]) -> dict[str, Any]:
     }
 
 
+def bootstrap_values(policy: Policy, result: ChunkResult) -> torch.Tensor:
+    """[N]: V(final obs) for envs whose episode was truncated (not terminated) in ``result``, else 0."""
+    boot = torch.zeros(len(result.final_obs))
+    truncated = [i for i in range(len(boot)) if result.truncated[i].any() and not result.terminated[i].any()]
+    if truncated and getattr(policy, "critic", None) is not None:
+        final = SimVectorEnv.stack_obs([result.final_obs[i] for i in truncated])
+        with torch.no_grad():
+            boot[truncated] = policy.value(final)
+    return boot
+
+
+class TrajectoryBuilder:
+    """Accumulates one rollout's decisions into an :class:`OnPolicyBatch`.
+
+    Shared by in-process collection and the Ray rollout pipeline. ``source_weights`` ([N]) weight
+    each env's decisions; decisions that played nothing, and every decision of an aborted episode,
+    get weight 0.
+    """
+
+    def __init__(self, num_envs: int, cameras: list[str], source_weights=None) -> None:
+        self.num_envs, self.cameras = num_envs, cameras
+        weights = np.ones(num_envs) if source_weights is None else source_weights
+        self.source_weights = torch.as_tensor(weights, dtype=torch.float32)
+        self.stored: list[dict[str, Any]] = []
+        self.samples, self.log_probs, self.values = [], [], []
+        self.rewards, self.dones, self.terminated, self.bootstrap, self.weights = [], [], [], [], []
+        self.finished: list[EpisodeSummary] = []
+        self.env_steps = 0
+        self._episode_start = [0] * num_envs  # decision index where each env's current episode began
+
+    def add(self, obs: dict[str, Any], out, result: ChunkResult, bootstrap: torch.Tensor) -> None:
+        self.stored.append({"state": obs["state"], "images": {c: obs["images"][c] for c in self.cameras}})
+        self.samples.append(out.samples)
+        self.log_probs.append(out.log_prob)
+        self.values.append(out.value if out.value is not None else torch.zeros(self.num_envs))
+        self.env_steps += int(result.valid.sum())
+        self.rewards.append(torch.as_tensor((result.rewards * result.valid).sum(1)))
+        self.dones.append(torch.as_tensor(result.done))
+        self.terminated.append(torch.as_tensor(result.terminated.any(1)))
+        self.bootstrap.append(bootstrap)
+        self.weights.append(self.source_weights * torch.as_tensor(result.valid.any(1), dtype=torch.float32))
+        for i in result.aborted:  # the whole cut episode is untrainable, not just this decision
+            for t in range(self._episode_start[i], len(self.weights)):
+                self.weights[t][i] = 0.0
+        for i in np.flatnonzero(result.done):
+            self._episode_start[i] = len(self.weights)
+        self.finished.extend(result.finished)
+
+    def build(self, last_obs: dict[str, Any]) -> OnPolicyBatch:
+        return OnPolicyBatch(
+            obs=_stack_obs(self.stored),
+            samples=torch.stack(self.samples),
+            log_probs=torch.stack(self.log_probs),
+            values=torch.stack(self.values),
+            rewards=torch.stack(self.rewards).float(),
+            dones=torch.stack(self.dones).float(),
+            terminated=torch.stack(self.terminated).float(),
+            bootstrap_values=torch.stack(self.bootstrap),
+            weights=torch.stack(self.weights),
+            last_obs=last_obs,
+            env_steps=self.env_steps,
+            finished=self.finished,
+        )
+
+
 def collect_on_policy(
     venv: SimVectorEnv,
     policy: Policy,
@@ -76,57 +141,43 @@ def collect_on_policy(
 ) -> OnPolicyBatch:
     """Reset the envs (env i from ``seed + i``, or ``seeds[i]``) and play ``num_steps`` decisions."""
     obs, _ = venv.reset(seed=seed, seeds=seeds)
-    keep = lambda o: {"state": o["state"], "images": {c: o["images"][c] for c in cameras}}  # noqa: E731
-    stored, samples, log_probs, values = [], [], [], []
-    rewards, dones, terminated, bootstrap, weights = [], [], [], [], []
-    source_weights = torch.as_tensor(
-        getattr(venv, "source_weights", np.ones(venv.num_envs)), dtype=torch.float32
-    )
-    episode_start = [0] * venv.num_envs  # decision index where each env's current episode began
-    finished: list[EpisodeSummary] = []
-    env_steps = 0
+    trajectory = TrajectoryBuilder(venv.num_envs, cameras, getattr(venv, "source_weights", None))
     for _ in range(num_steps):
         policy.update_normalizers(obs)
         out = policy.act(obs, mode="sample")
-        stored.append(keep(obs))
-        samples.append(out.samples)
-        log_probs.append(out.log_prob)
-        values.append(out.value if out.value is not None else torch.zeros(venv.num_envs))
         result = venv.chunk_step(out.actions.numpy())
-        env_steps += int(result.valid.sum())
-        weights.append(source_weights * torch.as_tensor(result.valid.any(1), dtype=torch.float32))
-        for i in result.aborted:  # the whole cut episode is untrainable, not just this decision
-            for t in range(episode_start[i], len(weights)):
-                weights[t][i] = 0.0
-        for i in np.flatnonzero(result.done):
-            episode_start[i] = len(weights)
-        rewards.append(torch.as_tensor((result.rewards * result.valid).sum(1)))
-        step_done = result.done
-        dones.append(torch.as_tensor(step_done))
-        terminated.append(torch.as_tensor(result.terminated.any(1)))
-        boot = torch.zeros(venv.num_envs)
-        truncated_envs = [
-            i for i in range(venv.num_envs) if result.truncated[i].any() and not result.terminated[i].any()
-        ]
-        if truncated_envs and getattr(policy, "critic", None) is not None:
-            final = SimVectorEnv.stack_obs([result.final_obs[i] for i in truncated_envs])
-            with torch.no_grad():
-                boot[truncated_envs] = policy.value(final)
-        bootstrap.append(boot)
-        finished.extend(result.finished)
+        trajectory.add(obs, out, result, bootstrap_values(policy, result))
         obs = result.obs
+    return trajectory.build(obs)
+
+
+def concat_batches(batches: list[OnPolicyBatch]) -> OnPolicyBatch:
+    """Batches of the same length from disjoint env groups, side by side along the env axis."""
+    if len(batches) == 1:
+        return batches[0]
+    cat = lambda key: torch.cat([getattr(b, key) for b in batches], dim=1)  # noqa: E731
+    obs_cat = lambda obs, axis: {  # noqa: E731
+        "state": np.concatenate([o["state"] for o in obs], axis),
+        "images": {k: np.concatenate([o["images"][k] for o in obs], axis) for k in obs[0]["images"]},
+    }
+    offsets = np.cumsum([0] + [b.samples.shape[1] for b in batches])
+    finished = [
+        EpisodeSummary(int(offset) + e.env_index, e.episode_return, e.length, e.success)
+        for b, offset in zip(batches, offsets)
+        for e in b.finished
+    ]
     return OnPolicyBatch(
-        obs=_stack_obs(stored),
-        samples=torch.stack(samples),
-        log_probs=torch.stack(log_probs),
-        values=torch.stack(values),
-        rewards=torch.stack(rewards).float(),
-        dones=torch.stack(dones).float(),
-        terminated=torch.stack(terminated).float(),
-        bootstrap_values=torch.stack(bootstrap),
-        weights=torch.stack(weights),
-        last_obs=obs,
-        env_steps=env_steps,
+        obs=obs_cat([b.obs for b in batches], 1),
+        samples=cat("samples"),
+        log_probs=cat("log_probs"),
+        values=cat("values"),
+        rewards=cat("rewards"),
+        dones=cat("dones"),
+        terminated=cat("terminated"),
+        bootstrap_values=cat("bootstrap_values"),
+        weights=cat("weights"),
+        last_obs={**obs_cat([b.last_obs for b in batches], 0)},
+        env_steps=sum(b.env_steps for b in batches),
         finished=finished,
     )
 

@@ -8,6 +8,7 @@ optimise the clipped objective. Approximate KL and entropy are reported; an opti
 
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass
 
 import numpy as np
@@ -57,10 +58,14 @@ class PPO:
 
     def iterate(self, venv: SimVectorEnv, seed: int) -> IterationResult:
         """Collect one episode per env from seeded resets, then update."""
+        tick = time.perf_counter()
         batch = collect_on_policy(
             venv, self.policy, seed, decisions_per_episode(venv, self.policy), policy_cameras(self.policy)
         )
+        collect_s = time.perf_counter() - tick
         metrics = self.update(batch)
+        # The same schema as PPO on Ray workers, where the rollout may trail the actor by a version.
+        metrics.update(collect_s=collect_s, policy_lag=0.0)
         return IterationResult(batch.env_steps, batch.finished, metrics)
 
     def update(self, batch: OnPolicyBatch) -> dict[str, float]:

@@ -6,6 +6,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from policies.config import PolicyConfig
+from trainer.distributed.config import ClusterConfig
 
 
 @dataclass
@@ -45,3 +46,4 @@ class TrainConfig:
     policy: PolicyConfig = field(default_factory=PolicyConfig)
     algorithm: str = "ppo"
     algo: dict[str, Any] = field(default_factory=dict)
+    cluster: ClusterConfig = field(default_factory=ClusterConfig)

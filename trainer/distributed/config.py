@@ -1,0 +1,35 @@
+"""``cluster``: where the worker roles run. Typed, checked at start, resolved into a placement plan."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+PLACEMENTS = ("sequential", "collocated", "disaggregated", "hybrid", "auto")
+ROLES = ("env", "rollout", "actor")
+
+
+@dataclass
+class ClusterConfig:
+    """Placement of the env, rollout and actor roles.
+
+    - ``sequential``: everything in this process, no Ray (the baseline, and the default).
+    - ``collocated``: all roles share one resource bundle and take turns (no overlap).
+    - ``disaggregated``: each role gets its own bundle; env stages are pipelined against inference,
+      and the update overlaps the next collection (the rollout runs ``policy_lag`` versions behind).
+    - ``hybrid``: any mapping of roles to bundles (``bundles`` + ``roles``), pipelined.
+    - ``auto``: profile the three Ray modes for ``profile_iterations`` each and keep the fastest.
+    """
+
+    placement: str = "sequential"
+    ray_address: str = ""  # "": start a local Ray; "auto" or "host:port": join a running cluster
+    num_cpus: int = 0  # a local Ray's CPUs (0: every core)
+    pipeline_stages: int = 2  # env groups that step while inference runs on another
+    policy_lag: int = 1  # pipelined modes: versions the rollout may trail the actor (0 or 1)
+    bundles: list[dict[str, float]] = field(default_factory=list)  # resource sets, e.g. [{CPU: 1}, {GPU: 1}]
+    roles: dict[str, int] = field(default_factory=dict)  # hybrid: role -> bundle index
+    profile_iterations: int = 2  # auto: timed iterations per candidate (after one warm-up)
+    max_retries: int = 2  # an iteration whose worker died is retried this often
+
+    def __post_init__(self) -> None:
+        if self.placement not in PLACEMENTS:
+            raise ValueError(f"cluster.placement must be one of {PLACEMENTS}, got {self.placement!r}")

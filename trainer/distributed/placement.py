@@ -1,0 +1,101 @@
+"""From a ``cluster`` config to Ray resource bundles and the role -> bundle map.
+
+Nothing here schedules: the plan becomes one Ray placement group, and each worker is created with
+a ``PlacementGroupSchedulingStrategy`` for its bundle and an even share of that bundle's CPUs (and
+GPUs). CPU-only and GPU plans go through the same code; a GPU plan just names GPUs in a bundle.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from dataclasses import dataclass
+
+from trainer.configs.loader import ConfigError
+from trainer.distributed.config import PLACEMENTS, ROLES, ClusterConfig
+
+
+@dataclass(frozen=True)
+class PlacementPlan:
+    """Resolved placement: bundles, which bundle each role uses, and how the loop overlaps work."""
+
+    mode: str
+    bundles: tuple[dict[str, float], ...]
+    role_bundle: dict[str, int]
+    pipeline_stages: int
+    policy_lag: int
+
+    def workers_in(self, bundle: int) -> int:
+        """Ray actors placed in a bundle: env workers count once per pipeline stage."""
+        return sum(
+            self.pipeline_stages if role == "env" else 1
+            for role, b in self.role_bundle.items()
+            if b == bundle
+        )
+
+    def share(self, role: str) -> dict[str, float]:
+        """The resources one worker of ``role`` asks for: an even share of its bundle."""
+        bundle = self.role_bundle[role]
+        count = self.workers_in(bundle)
+        return {key: value / count for key, value in self.bundles[bundle].items()}
+
+    def demand(self) -> dict[str, float]:
+        total: Counter = Counter()
+        for bundle in self.bundles:
+            total.update(bundle)
+        return dict(total)
+
+
+def _split_cpus(cpus: float, parts: int) -> list[float]:
+    share = cpus / parts
+    return [share] * parts
+
+
+def plan_placement(
+    config: ClusterConfig, available: dict[str, float], mode: str | None = None
+) -> PlacementPlan:
+    """The plan for ``mode`` (default ``config.placement``) on a cluster with ``available`` resources."""
+    mode = mode or config.placement
+    if mode not in PLACEMENTS or mode in ("sequential", "auto"):
+        raise ConfigError(
+            f"cluster.placement {mode!r} has no Ray plan; expected collocated, disaggregated or hybrid"
+        )
+    if config.pipeline_stages < 1:
+        raise ConfigError(f"cluster.pipeline_stages must be >= 1, got {config.pipeline_stages}")
+    if config.policy_lag not in (0, 1):
+        raise ConfigError(f"cluster.policy_lag must be 0 or 1, got {config.policy_lag}")
+    cpus = float(available.get("CPU", 0))
+    if mode == "collocated":
+        bundles = tuple(config.bundles[:1]) or ({"CPU": cpus},)
+        plan = PlacementPlan(mode, bundles, {role: 0 for role in ROLES}, 1, 0)
+    elif mode == "disaggregated":
+        bundles = tuple(config.bundles) or tuple({"CPU": c} for c in _split_cpus(cpus, 3))
+        if len(bundles) != 3:
+            raise ConfigError(
+                f"cluster.placement=disaggregated needs 3 bundles (env, rollout, actor), got {len(bundles)}"
+            )
+        plan = PlacementPlan(
+            mode, bundles, dict(zip(ROLES, range(3))), config.pipeline_stages, config.policy_lag
+        )
+    else:
+        bundles = tuple(config.bundles) or ({"CPU": cpus / 2}, {"CPU": cpus / 2})
+        roles = dict(config.roles) or {"env": 0, "rollout": 1, "actor": 1}
+        unknown = sorted(set(roles) - set(ROLES))
+        if unknown:
+            raise ConfigError(f"cluster.roles: unknown role {unknown[0]!r}; roles are {ROLES}")
+        missing = sorted(set(ROLES) - set(roles))
+        if missing:
+            raise ConfigError(f"cluster.roles must place every role; {missing} has no bundle")
+        for role, index in roles.items():
+            if not 0 <= index < len(bundles):
+                raise ConfigError(f"cluster.roles.{role}={index}, but there are {len(bundles)} bundles")
+        plan = PlacementPlan(mode, bundles, roles, config.pipeline_stages, config.policy_lag)
+    for index, bundle in enumerate(plan.bundles):
+        if not bundle or any(value <= 0 for value in bundle.values()):
+            raise ConfigError(f"cluster bundle {index} {bundle} must ask for a positive amount of something")
+    for resource, amount in plan.demand().items():
+        have = float(available.get(resource, 0))
+        if amount > have + 1e-9:
+            raise ConfigError(
+                f"cluster.placement={mode} needs {amount:g} {resource}, the Ray cluster has {have:g}"
+            )
+    return plan

@@ -1,0 +1,195 @@
+"""PPO on Ray workers: K env stages pipelined against one rollout worker, an actor that updates.
+
+One iteration, read top to bottom:
+
+1. Every stage resets its envs (env ``i`` of the run from ``seed + i``, as in-process).
+2. For each decision ``t`` and stage ``k`` the loop submits ``rollout.act(previous_k)`` and
+   ``env_k.step(that act)``. Ray runs each call as soon as its input exists, so while the rollout
+   worker infers for stage ``k`` the envs of the other stages step: the pipeline.
+3. The driver gathers the decisions into one :class:`~trainer.algorithms.common.OnPolicyBatch`.
+4. The actor updates on it. With ``policy_lag=1`` the update runs while the next iteration collects
+   with the previous weights; the new weights reach the rollout worker after that collection's
+   calls, so the lag is exactly one version and is reported as ``train/policy_lag``.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from dataclasses import asdict
+
+import ray
+from ray.exceptions import RayActorError, RayTaskError
+from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
+
+from trainer.algorithms.common import IterationResult, TrajectoryBuilder, concat_batches, policy_cameras
+from trainer.distributed.placement import PlacementPlan
+from trainer.distributed.workers import ActorWorker, EnvWorker, RolloutWorker
+
+log = logging.getLogger(__name__)
+
+
+def ray_options(plan: PlacementPlan, group, role: str) -> dict:
+    share = plan.share(role)
+    return {
+        "num_cpus": share.get("CPU", 0.0),
+        "num_gpus": share.get("GPU", 0.0),
+        "resources": {k: v for k, v in share.items() if k not in ("CPU", "GPU")},
+        "scheduling_strategy": PlacementGroupSchedulingStrategy(
+            group, placement_group_bundle_index=plan.role_bundle[role]
+        ),
+    }
+
+
+class RayPPO:
+    """Env, rollout and actor workers for one training run, placed by ``plan``.
+
+    It is both the run's "vector env" (the envs live in its workers; ``close`` releases them) and
+    its algorithm (``iterate``, ``state_dict``): the runner drives it like in-process PPO. The
+    driver's ``policy`` is kept in step with the actor's weights, for evaluation and checkpoints.
+    """
+
+    def __init__(self, plan: PlacementPlan, train_config, policy, ppo_config) -> None:
+        from ray.util.placement_group import placement_group
+
+        env_cfg = train_config.env
+        if env_cfg.num_envs % plan.pipeline_stages:
+            raise ValueError(
+                f"env.num_envs ({env_cfg.num_envs}) must split evenly into cluster.pipeline_stages ({plan.pipeline_stages})"
+            )
+        self.plan, self.policy = plan, policy
+        self.max_retries = train_config.cluster.max_retries
+        self.envs_per_stage = env_cfg.num_envs // plan.pipeline_stages
+        self.decisions = -(-policy.spec.max_episode_steps // policy.chunk_size)
+        self.cameras = policy_cameras(policy)
+        self.group = placement_group([dict(b) for b in plan.bundles], strategy="PACK")
+        try:
+            ray.get(self.group.ready(), timeout=60)
+        except ray.exceptions.GetTimeoutError:
+            raise RuntimeError(f"Ray could not reserve the bundles {plan.bundles} within 60 s") from None
+        spec, policy_cfg = policy.spec.to_dict(), asdict(policy.cfg)
+        self._env_args = (env_cfg.id, self.envs_per_stage, dict(env_cfg.kwargs))
+        self._env_class = ray.remote(max_restarts=-1, max_task_retries=0)(
+            EnvWorker
+        )  # Ray restarts a dead one
+        self.envs = [self._new_env() for _ in range(plan.pipeline_stages)]
+        self.rollout = (
+            ray.remote(max_restarts=-1, max_task_retries=0)(RolloutWorker)
+            .options(**ray_options(plan, self.group, "rollout"))
+            .remote(spec, policy_cfg, plan.share("rollout").get("CPU", 1.0))
+        )
+        self.actor = (
+            ray.remote(ActorWorker)
+            .options(**ray_options(plan, self.group, "actor"))
+            .remote(
+                spec,
+                policy_cfg,
+                asdict(ppo_config),
+                train_config.run.seed,
+                plan.share("actor").get("CPU", 1.0),
+            )
+        )
+        self._pending = None  # the update in flight: (ref of (metrics, weights, version))
+        self._flushed: dict = {}  # metrics of an update landed by flush(), not yet reported
+        self._sync_rollout()
+
+    def _sync_rollout(self) -> None:
+        weights, version = ray.get(self.actor.weights.remote())
+        ray.get(self.rollout.set_weights.remote(weights, version))
+        self.policy.load_state_dict(weights)
+
+    def _new_env(self):
+        return self._env_class.options(**ray_options(self.plan, self.group, "env")).remote(*self._env_args)
+
+    # -- one iteration --------------------------------------------------------------------------
+    def iterate(self, venv, seed: int) -> IterationResult:
+        """One PPO iteration; ``venv`` is ignored (it is this object, as the runner sees it)."""
+        for attempt in range(1 + self.max_retries):
+            try:
+                return self._iterate(seed)
+            except (RayActorError, RayTaskError) as exc:
+                if attempt == self.max_retries:
+                    raise RuntimeError(
+                        f"a Ray worker kept failing ({type(exc).__name__}); gave up after {attempt + 1} tries"
+                    ) from exc
+                log.warning("a worker died mid-iteration (%s); Ray restarts it and the iteration is retried",
+                            type(exc).__name__)  # fmt: skip
+                self._pending = None  # an update lost with its worker is not waited for
+                self._sync_rollout()  # a restarted rollout worker starts from random weights
+        raise AssertionError("unreachable")
+
+    def _iterate(self, seed: int) -> IterationResult:
+        tick = time.perf_counter()
+        stages = range(self.plan.pipeline_stages)
+        previous = [env.reset.remote(seed + k * self.envs_per_stage) for k, env in zip(stages, self.envs)]
+        first = list(previous)
+        acts: list[list] = [[] for _ in stages]
+        steps: list[list] = [[] for _ in stages]
+        for _ in range(self.decisions):
+            for k in stages:
+                act = self.rollout.act.remote(previous[k])
+                previous[k] = self.envs[k].step.remote(act)
+                acts[k].append(act)
+                steps[k].append(previous[k])
+        finals = [self.rollout.finish.remote(previous[k]) for k in stages]
+        update_metrics, self._flushed = self._flushed, {}
+        if self._pending is not None:  # publish the previous update after this collection's calls
+            update_metrics = self._publish(self._pending)
+            self._pending = None
+        batches, versions = [], []
+        for k in stages:
+            reset_obs = ray.get(first[k])
+            stage_acts, stage_steps, final = ray.get(acts[k]), ray.get(steps[k]), ray.get(finals[k])
+            trajectory = TrajectoryBuilder(self.envs_per_stage, self.cameras)
+            obs = reset_obs
+            for t, ((out, _, version), result) in enumerate(zip(stage_acts, stage_steps)):
+                boot = stage_acts[t + 1][1] if t + 1 < len(stage_acts) else final
+                trajectory.add(obs, out, result, boot)
+                obs = result.obs
+                versions.append(version)
+            batches.append(trajectory.build(obs))
+        collect_s = time.perf_counter() - tick
+        batch = concat_batches(batches)
+        update = self.actor.update.remote(batch, min(versions))
+        if self.plan.policy_lag == 0:
+            update_metrics = self._publish(update)
+        else:
+            self._pending = update
+        update_metrics["collect_s"] = collect_s
+        return IterationResult(batch.env_steps, batch.finished, update_metrics)
+
+    def _publish(self, update_ref) -> dict:
+        metrics, weights, version = ray.get(update_ref)
+        ray.get(self.rollout.set_weights.remote(weights, version))
+        self.policy.load_state_dict(weights)
+        return metrics
+
+    def state_dict(self) -> dict:
+        self.flush()
+        return ray.get(self.actor.state.remote())
+
+    def load_state_dict(self, state: dict) -> None:
+        ray.get(self.actor.load_state.remote({**state, "policy": self.policy.state_dict()}))
+        self._sync_rollout()
+
+    def flush(self) -> None:
+        """Land the update in flight (before a checkpoint or the end)."""
+        if self._pending is not None:
+            self._flushed = self._publish(self._pending)  # reported with the next iteration
+            self._pending = None
+
+    def busy_seconds(self) -> dict[str, float]:
+        """Seconds each role spent working so far (env: summed over stages)."""
+        env = sum(ray.get([env.busy.remote() for env in self.envs]))
+        return {
+            "env": env,
+            "rollout": ray.get(self.rollout.busy.remote()),
+            "actor": ray.get(self.actor.busy.remote()),
+        }
+
+    def close(self) -> None:
+        from ray.util.placement_group import remove_placement_group
+
+        for handle in [*self.envs, self.rollout, self.actor]:
+            ray.kill(handle)
+        remove_placement_group(self.group)
