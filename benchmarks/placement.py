@@ -2,10 +2,12 @@
 collocated, disaggregated and hybrid placement, in one run.
 
 Each mode plays ``--iterations`` timed PPO iterations (after one warm-up) of ``--num-envs`` envs x one
-episode each, and reports env steps/s, the ratio of the best pipelined mode to sequential, and
-where the time goes: each role's busy seconds against the wall clock (RLinf-style breakdown).
+episode each; env steps/s is the timed steps over the timed wall clock, which includes the last
+update. It reports the ratio of the best pipelined mode to sequential and where the time goes:
+each role's CPU seconds (process time, all its threads) and the wall seconds it spent inside work
+calls (an RLinf-style latency breakdown). In-call wall above CPU is time spent waiting for a core.
 
-    python benchmarks/placement.py [--iterations 3] [--num-envs 8] [--out FILE]
+    python benchmarks/placement.py [--repeats 3] [--iterations 2] [--num-envs 16] [--task FrankaPickLift] [--out FILE]
 """
 
 from __future__ import annotations
@@ -14,11 +16,11 @@ import argparse
 import json
 import os
 import platform
-import statistics
 import time
 from pathlib import Path
 
 import torch
+from tqdm import tqdm
 
 import sim_envs
 from policies import make_policy
@@ -28,104 +30,136 @@ from trainer.configs import load_config
 from trainer.distributed.config import ClusterConfig
 
 MODES = ("collocated", "disaggregated", "hybrid")
+PIPELINED = ("disaggregated", "hybrid")
 
 
-def workload(num_envs: int):
+def workload(num_envs: int, task: str, epochs: int, minibatches: int):
     config = load_config("ppo_reach", [
-        f"env.num_envs={num_envs}", "env.backend=inline",
+        f"env.id=rlinf/{task}-v0", f"env.num_envs={num_envs}", "env.backend=inline",
         "env.kwargs={cameras: [front], image_height: 84, image_width: 84, action_rotation: false, privileged_state: false}",
         "policy.kind=cnn", "policy.cameras=[front]", "policy.hidden_sizes=[64]",
     ])  # fmt: skip
-    return config, PPOConfig(update_epochs=2, num_minibatches=4)
+    return config, PPOConfig(update_epochs=epochs, num_minibatches=minibatches)
 
 
 def run_sequential(config, ppo_cfg, iterations: int) -> dict:
+    """The baseline: one process, one thread, collect then update (``cluster.placement=sequential``)."""
     torch.set_num_threads(1)
     torch.manual_seed(0)
     venv = sim_envs.make_vector(config.env.id, config.env.num_envs, backend="inline", **config.env.kwargs)
     ppo = PPO(make_policy(venv.spec, config.policy), ppo_cfg)
-    busy = {"env+rollout": 0.0, "actor": 0.0}
-    rates = []
+    busy = {"env+rollout": {"wall_s": 0.0, "cpu_s": 0.0}, "actor": {"wall_s": 0.0, "cpu_s": 0.0}}
+    steps, start = 0, 0.0
     for i in range(iterations + 1):
-        tick = time.perf_counter()
+        if i == 1:
+            start = time.perf_counter()  # iteration 0 is the warm-up
+        tick, tick_cpu = time.perf_counter(), time.process_time()
         batch = collect_on_policy(venv, ppo.policy, i * 100, decisions_per_episode(venv, ppo.policy),
                                   policy_cameras(ppo.policy))  # fmt: skip
-        mid = time.perf_counter()
+        mid, mid_cpu = time.perf_counter(), time.process_time()
         ppo.update(batch)
-        done = time.perf_counter()
         if i:
-            busy["env+rollout"] += mid - tick
-            busy["actor"] += done - mid
-            rates.append(batch.env_steps / (done - tick))
+            busy["env+rollout"]["wall_s"] += mid - tick
+            busy["env+rollout"]["cpu_s"] += mid_cpu - tick_cpu
+            busy["actor"]["wall_s"] += time.perf_counter() - mid
+            busy["actor"]["cpu_s"] += time.process_time() - mid_cpu
+            steps += batch.env_steps
+    wall = time.perf_counter() - start
     venv.close()
-    return {"steps_per_s": statistics.median(rates), "rates": rates, "busy_s": busy}
+    return {"steps_per_s": steps / wall, "busy_s": busy, "wall_s": wall}
 
 
-def run_ray(mode: str, config, ppo_cfg, iterations: int) -> dict:
+def run_ray(mode: str, config, ppo_cfg, iterations: int, pin: bool = True) -> dict:
     import ray
 
     from trainer.distributed.placement import plan_placement
     from trainer.distributed.ppo_pipeline import RayPPO
+    from trainer.distributed.session import local_cores
 
-    plan = plan_placement(ClusterConfig(placement=mode), ray.cluster_resources())
+    plan = plan_placement(
+        ClusterConfig(placement=mode, pin_cpus=pin), ray.cluster_resources(), cores=local_cores()
+    )
     policy = make_policy(sim_envs.make(config.env.id, **config.env.kwargs).env_spec, config.policy)
     trainer = RayPPO(plan, config, policy, ppo_cfg)
-    rates, wall = [], 0.0
     try:
         trainer.iterate(None, 0)  # warm-up
         trainer.flush()
         busy0 = trainer.busy_seconds()
-        start = time.perf_counter()
+        start, steps = time.perf_counter(), 0
         for i in range(1, iterations + 1):
-            tick = time.perf_counter()
-            result = trainer.iterate(None, i * 100)
-            rates.append(result.env_steps / (time.perf_counter() - tick))
-        trainer.flush()
+            steps += trainer.iterate(None, i * 100).env_steps
+        trainer.flush()  # the last update is inside the timed window
         wall = time.perf_counter() - start
-        busy = {k: v - busy0[k] for k, v in trainer.busy_seconds().items()}
+        busy = {
+            role: {key: value - busy0[role][key] for key, value in clock.items()}
+            for role, clock in trainer.busy_seconds().items()
+        }
     finally:
         trainer.close()
     return {
-        "steps_per_s": statistics.median(rates), "rates": rates, "busy_s": busy, "wall_s": wall,
-        "bundles": [dict(b) for b in plan.bundles], "roles": plan.role_bundle,
-        "pipeline_stages": plan.pipeline_stages, "policy_lag": plan.policy_lag,
+        "steps_per_s": steps / wall, "busy_s": busy, "wall_s": wall, "bundles": [dict(b) for b in plan.bundles],
+        "roles": plan.role_bundle, "cpu_sets": plan.cpu_sets, "pipeline_stages": plan.pipeline_stages,
+        "policy_lag": plan.policy_lag,
     }  # fmt: skip
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--iterations", type=int, default=3)
-    parser.add_argument("--num-envs", type=int, default=8)
+    parser.add_argument("--iterations", type=int, default=2)
+    parser.add_argument(
+        "--repeats", type=int, default=3, help="interleaved rounds over all modes; medians reported"
+    )
+    parser.add_argument("--num-envs", type=int, default=16)
+    parser.add_argument("--task", default="FrankaPickLift")
+    parser.add_argument(
+        "--epochs", type=int, default=1, help="PPO update epochs (RLinf's embodied PPO uses 1)"
+    )
+    parser.add_argument("--minibatches", type=int, default=2)
+    parser.add_argument(
+        "--no-pin", action="store_true", help="leave the workers unpinned (cluster.pin_cpus=false)"
+    )
     parser.add_argument("--out", type=Path, default=Path(__file__).parent / "results" / "placement.json")
     args = parser.parse_args()
     import ray
 
-    config, ppo_cfg = workload(args.num_envs)
-    results = {"sequential": run_sequential(config, ppo_cfg, args.iterations)}
+    config, ppo_cfg = workload(args.num_envs, args.task, args.epochs, args.minibatches)
+    runs: dict[str, list[dict]] = {mode: [] for mode in ("sequential", *MODES)}
     ray.init(num_cpus=os.cpu_count(), include_dashboard=False, log_to_driver=False)
     try:
-        for mode in MODES:
-            results[mode] = run_ray(mode, config, ppo_cfg, args.iterations)
+        for _ in tqdm(range(args.repeats), desc="rounds"):
+            runs["sequential"].append(run_sequential(config, ppo_cfg, args.iterations))
+            for mode in MODES:
+                runs[mode].append(run_ray(mode, config, ppo_cfg, args.iterations, pin=not args.no_pin))
     finally:
         ray.shutdown()
+    results = {mode: median_run(mode_runs) for mode, mode_runs in runs.items()}
     base = results["sequential"]["steps_per_s"]
-    best = max(("disaggregated", "hybrid"), key=lambda m: results[m]["steps_per_s"])
-    print(f"PPO FrankaReach, 84 px CNN, {args.num_envs} envs, {args.iterations} timed iterations per mode")
-    for mode, result in results.items():
-        busy = ", ".join(f"{k} {v:.1f} s" for k, v in result["busy_s"].items())
-        print(
-            f"  {mode:14s} {result['steps_per_s']:7.1f} env steps/s  ({result['steps_per_s'] / base:.2f}x)  busy: {busy}"
-        )
+    best = max(PIPELINED, key=lambda m: results[m]["steps_per_s"])
     ratio = results[best]["steps_per_s"] / base
+    print(f"PPO {args.task}, 84 px CNN, {args.num_envs} envs, {args.epochs} epoch(s) x {args.minibatches} "
+          f"minibatches; median of {args.repeats} interleaved rounds of {args.iterations} timed iterations")  # fmt: skip
+    print("  mode            env steps/s  vs seq   wall s   per role: CPU s / in-call wall s (median round)")
+    for mode, result in results.items():
+        busy = ", ".join(f"{k} {v['cpu_s']:.1f}/{v['wall_s']:.1f}" for k, v in result["busy_s"].items())
+        rounds = " ".join(f"{r['steps_per_s']:.0f}" for r in runs[mode])
+        print(f"  {mode:14s} {result['steps_per_s']:12.1f}  {result['steps_per_s'] / base:5.2f}x  "
+              f"{result['wall_s']:7.1f}   {busy}   [rounds: {rounds}]")  # fmt: skip
     print(f"best pipelined ({best}) / sequential: {ratio:.2f}x (target >= 1.6x)")
     payload = {
         "benchmark": "placement", "machine": platform.platform(), "cpus": os.cpu_count(),
-        "num_envs": args.num_envs, "iterations": args.iterations, "results": results,
+        "task": args.task, "num_envs": args.num_envs, "update_epochs": args.epochs, "minibatches": args.minibatches,
+        "iterations": args.iterations, "repeats": args.repeats, "results": results, "rounds": runs,
         "best_pipelined": best, "ratio_vs_sequential": ratio,
     }  # fmt: skip
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(payload, indent=2))
     print(f"wrote {args.out}")
+
+
+def median_run(runs: list[dict]) -> dict:
+    """The round with the median throughput (its breakdown stays consistent with its rate)."""
+    ordered = sorted(runs, key=lambda r: r["steps_per_s"])
+    return ordered[len(ordered) // 2]
 
 
 if __name__ == "__main__":

@@ -103,3 +103,24 @@ def test_bad_placements_fail_at_start_with_a_clear_message(tmp_path, local_ray, 
 def test_an_unknown_placement_is_refused_when_the_config_loads():
     with pytest.raises(ConfigError, match=r"cluster\.placement must be one of"):
         load_config("ppo_reach", ["cluster.placement=spread"])
+
+
+def test_the_multinode_deploy_config_loads_and_plans():
+    from trainer.distributed.placement import plan_placement
+
+    root = Path(__file__).resolve().parents[2]
+    config = load_config(str(root / "deploy" / "placement-multinode.yaml"))
+    plan = plan_placement(config.cluster, {"CPU": 32, "GPU": 1})
+    assert plan.role_bundle == {"env": 0, "rollout": 1, "actor": 1} and plan.cpu_sets is None
+    assert plan.share("env") == {"CPU": 6.0}  # 24 CPUs over 4 env stages
+    assert plan.share("actor") == {"CPU": 2.0, "GPU": 0.5}
+    with pytest.raises(ConfigError, match="needs 1 GPU, the Ray cluster has 0"):
+        plan_placement(config.cluster, {"CPU": 32})
+
+
+def test_cpu_sets_lay_bundles_over_the_cores():
+    from trainer.distributed.placement import cpu_sets
+
+    assert cpu_sets(({"CPU": 1}, {"CPU": 1}), [0, 1]) == ((0,), (1,))
+    assert cpu_sets(({"CPU": 2 / 3},) * 3, [0, 1]) == ((0,), (0, 1), (1,))
+    assert cpu_sets(({"CPU": 2},), [4, 5]) == ((4, 5),)

@@ -29,6 +29,7 @@ class ClusterConfig:
     roles: dict[str, int] = field(default_factory=dict)  # hybrid: role -> bundle index
     profile_iterations: int = 2  # auto: timed iterations per candidate (after one warm-up)
     max_retries: int = 2  # an iteration whose worker died is retried this often
+    pin_cpus: bool = True  # one-node clusters: pin each bundle's workers to its own cores
 
     def __post_init__(self) -> None:
         if self.placement not in PLACEMENTS:

@@ -8,7 +8,7 @@ GPUs). CPU-only and GPU plans go through the same code; a GPU plan just names GP
 from __future__ import annotations
 
 from collections import Counter
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from trainer.configs.loader import ConfigError
 from trainer.distributed.config import PLACEMENTS, ROLES, ClusterConfig
@@ -23,6 +23,10 @@ class PlacementPlan:
     role_bundle: dict[str, int]
     pipeline_stages: int
     policy_lag: int
+    cpu_sets: tuple[tuple[int, ...], ...] | None = None  # cores per bundle, when pinned
+
+    def cores(self, role: str) -> tuple[int, ...] | None:
+        return None if self.cpu_sets is None else self.cpu_sets[self.role_bundle[role]]
 
     def workers_in(self, bundle: int) -> int:
         """Ray actors placed in a bundle: env workers count once per pipeline stage."""
@@ -50,10 +54,28 @@ def _split_cpus(cpus: float, parts: int) -> list[float]:
     return [share] * parts
 
 
+def cpu_sets(bundles: tuple[dict[str, float], ...], cores: list[int]) -> tuple[tuple[int, ...], ...]:
+    """Lay the bundles' CPU amounts side by side over ``cores``: bundle ``b`` gets the cores its
+    interval ``[start, start + CPU)`` touches. Ray only counts CPUs; this makes a CPU bundle real."""
+    sets, start = [], 0.0
+    for bundle in bundles:
+        amount = bundle.get("CPU", 0.0)
+        first, last = int(start), max(int(start), int(-(-(start + amount - 1e-9) // 1)) - 1)
+        sets.append(tuple(cores[i % len(cores)] for i in range(first, last + 1)))
+        start += amount
+    return tuple(sets)
+
+
 def plan_placement(
-    config: ClusterConfig, available: dict[str, float], mode: str | None = None
+    config: ClusterConfig,
+    available: dict[str, float],
+    mode: str | None = None,
+    cores: list[int] | None = None,
 ) -> PlacementPlan:
-    """The plan for ``mode`` (default ``config.placement``) on a cluster with ``available`` resources."""
+    """The plan for ``mode`` (default ``config.placement``) on a cluster with ``available`` resources.
+
+    ``cores`` (this machine's, on a one-node cluster) turns on CPU pinning per bundle.
+    """
     mode = mode or config.placement
     if mode not in PLACEMENTS or mode in ("sequential", "auto"):
         raise ConfigError(
@@ -77,8 +99,10 @@ def plan_placement(
             mode, bundles, dict(zip(ROLES, range(3))), config.pipeline_stages, config.policy_lag
         )
     else:
-        bundles = tuple(config.bundles) or ({"CPU": cpus / 2}, {"CPU": cpus / 2})
-        roles = dict(config.roles) or {"env": 0, "rollout": 1, "actor": 1}
+        # Default hybrid: every role shares the machine's CPUs as in collocated, but the env stages are
+        # pipelined against inference and the update overlaps the next collection.
+        bundles = tuple(config.bundles) or ({"CPU": cpus},)
+        roles = dict(config.roles) or {role: 0 for role in ROLES}
         unknown = sorted(set(roles) - set(ROLES))
         if unknown:
             raise ConfigError(f"cluster.roles: unknown role {unknown[0]!r}; roles are {ROLES}")
@@ -98,4 +122,6 @@ def plan_placement(
             raise ConfigError(
                 f"cluster.placement={mode} needs {amount:g} {resource}, the Ray cluster has {have:g}"
             )
+    if config.pin_cpus and cores:
+        plan = replace(plan, cpu_sets=cpu_sets(plan.bundles, cores))
     return plan

@@ -32,6 +32,8 @@ log = logging.getLogger(__name__)
 def ray_options(plan: PlacementPlan, group, role: str) -> dict:
     share = plan.share(role)
     return {
+        # Idle OpenMP threads sleep instead of spinning: workers that share cores must not burn them.
+        "runtime_env": {"env_vars": {"OMP_WAIT_POLICY": "PASSIVE"}},
         "num_cpus": share.get("CPU", 0.0),
         "num_gpus": share.get("GPU", 0.0),
         "resources": {k: v for k, v in share.items() if k not in ("CPU", "GPU")},
@@ -68,26 +70,21 @@ class RayPPO:
         except ray.exceptions.GetTimeoutError:
             raise RuntimeError(f"Ray could not reserve the bundles {plan.bundles} within 60 s") from None
         spec, policy_cfg = policy.spec.to_dict(), asdict(policy.cfg)
-        self._env_args = (env_cfg.id, self.envs_per_stage, dict(env_cfg.kwargs))
-        self._env_class = ray.remote(max_restarts=-1, max_task_retries=0)(
-            EnvWorker
-        )  # Ray restarts a dead one
+        self._env_args = (env_cfg.id, self.envs_per_stage, dict(env_cfg.kwargs), plan.cores("env"))
+        # Env and rollout workers hold no learned state: Ray restarts a dead one and the loop retries.
+        self._env_class = ray.remote(max_restarts=-1, max_task_retries=0)(EnvWorker)
         self.envs = [self._new_env() for _ in range(plan.pipeline_stages)]
+        rollout_cpus, actor_cpus = plan.share("rollout").get("CPU", 1.0), plan.share("actor").get("CPU", 1.0)
         self.rollout = (
             ray.remote(max_restarts=-1, max_task_retries=0)(RolloutWorker)
             .options(**ray_options(plan, self.group, "rollout"))
-            .remote(spec, policy_cfg, plan.share("rollout").get("CPU", 1.0))
+            .remote(spec, policy_cfg, rollout_cpus, plan.cores("rollout"))
         )
+        seed = train_config.run.seed
         self.actor = (
             ray.remote(ActorWorker)
             .options(**ray_options(plan, self.group, "actor"))
-            .remote(
-                spec,
-                policy_cfg,
-                asdict(ppo_config),
-                train_config.run.seed,
-                plan.share("actor").get("CPU", 1.0),
-            )
+            .remote(spec, policy_cfg, asdict(ppo_config), seed, actor_cpus, plan.cores("actor"))
         )
         self._pending = None  # the update in flight: (ref of (metrics, weights, version))
         self._flushed: dict = {}  # metrics of an update landed by flush(), not yet reported
@@ -178,11 +175,11 @@ class RayPPO:
             self._flushed = self._publish(self._pending)  # reported with the next iteration
             self._pending = None
 
-    def busy_seconds(self) -> dict[str, float]:
-        """Seconds each role spent working so far (env: summed over stages)."""
-        env = sum(ray.get([env.busy.remote() for env in self.envs]))
+    def busy_seconds(self) -> dict[str, dict[str, float]]:
+        """Per role, the wall and CPU seconds spent inside work calls so far (env: summed over stages)."""
+        envs = ray.get([env.busy.remote() for env in self.envs])
         return {
-            "env": env,
+            "env": {key: sum(e[key] for e in envs) for key in envs[0]},
             "rollout": ray.get(self.rollout.busy.remote()),
             "actor": ray.get(self.actor.busy.remote()),
         }

@@ -29,6 +29,18 @@ def ensure_ray(cluster: ClusterConfig) -> None:
         ) from None
 
 
+def local_cores() -> list[int] | None:
+    """This machine's usable cores when the Ray cluster is just this machine (pinning is safe), else None."""
+    import os
+
+    import ray
+
+    alive = [node for node in ray.nodes() if node.get("Alive")]
+    if len(alive) != 1 or not hasattr(os, "sched_getaffinity"):
+        return None
+    return sorted(os.sched_getaffinity(0))
+
+
 def build_distributed(config, policy, ppo_config, mode: str | None = None):
     """A :class:`~trainer.distributed.ppo_pipeline.RayPPO` for ``config`` (placement resolved here)."""
     import ray
@@ -45,7 +57,7 @@ def build_distributed(config, policy, ppo_config, mode: str | None = None):
     mode = mode or config.cluster.placement
     if mode == "auto":
         mode = choose_placement(config, policy, ppo_config)
-    plan = plan_placement(config.cluster, ray.cluster_resources(), mode)
+    plan = plan_placement(config.cluster, ray.cluster_resources(), mode, local_cores())
     log.info("placement %s: bundles %s, roles %s, %d stages, policy lag %d", plan.mode, list(plan.bundles),
              plan.role_bundle, plan.pipeline_stages, plan.policy_lag)  # fmt: skip
     return RayPPO(plan, config, policy, ppo_config)

@@ -14,35 +14,59 @@ import torch
 from protos import EnvSpec
 
 
-def _threads(cpus: float) -> None:
-    torch.set_num_threads(max(1, int(cpus)))
+class Stopwatch:
+    """Seconds spent inside ``with`` blocks: wall clock, and CPU time of the whole process."""
+
+    def __init__(self) -> None:
+        self.wall_s = self.cpu_s = 0.0
+
+    def __enter__(self) -> Stopwatch:
+        self._wall, self._cpu = time.perf_counter(), time.process_time()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.wall_s += time.perf_counter() - self._wall
+        self.cpu_s += time.process_time() - self._cpu
+
+    def totals(self) -> dict[str, float]:
+        return {"wall_s": self.wall_s, "cpu_s": self.cpu_s}
+
+
+def _settle(cpus: float, cores: tuple[int, ...] | None, threads: int | None = None) -> None:
+    """Pin this worker to its bundle's cores (when the plan pins) and size torch's thread pool.
+
+    A pinned worker gets a thread per core of its bundle: roles that share a bundle take turns
+    (time-slicing), and each may use the whole bundle in its phase.
+    """
+    if cores and hasattr(os, "sched_setaffinity"):
+        os.sched_setaffinity(0, cores)
+    torch.set_num_threads(threads or (len(cores) if cores else max(1, int(cpus))))
 
 
 class EnvWorker:
     """One pipeline stage: a group of sim envs stepped in this process."""
 
-    def __init__(self, env_id: str, num_envs: int, env_kwargs: dict[str, Any]) -> None:
+    def __init__(self, env_id: str, num_envs: int, env_kwargs: dict[str, Any], cores=None) -> None:
         import sim_envs
 
+        _settle(1.0, cores)
         self.venv = sim_envs.make_vector(env_id, num_envs, backend="inline", **env_kwargs)
-        self.busy_s = 0.0
+        self.clock = Stopwatch()
 
     def reset(self, seed: int):
-        tick = time.perf_counter()
-        obs, _ = self.venv.reset(seed=seed)
-        self.busy_s += time.perf_counter() - tick
+        with self.clock:
+            obs, _ = self.venv.reset(seed=seed)
         return obs
 
     def step(self, act):
         """Play the actions of ``act`` (the rollout worker's reply) for every env of this stage."""
         out, _, _ = act
-        tick = time.perf_counter()
-        result = self.venv.chunk_step(out.actions.numpy())
-        self.busy_s += time.perf_counter() - tick
+        with self.clock:
+            result = self.venv.chunk_step(out.actions.numpy())
         return result
 
-    def busy(self) -> float:
-        return self.busy_s
+    def busy(self) -> dict[str, float]:
+        return self.clock.totals()
 
     def pid(self) -> int:
         return os.getpid()
@@ -51,13 +75,13 @@ class EnvWorker:
 class RolloutWorker:
     """Policy inference for every stage; weights arrive from the actor with a version number."""
 
-    def __init__(self, spec: dict, policy_config: dict, cpus: float = 1.0) -> None:
+    def __init__(self, spec: dict, policy_config: dict, cpus: float = 1.0, cores=None) -> None:
         from policies import PolicyConfig, make_policy
 
-        _threads(cpus)
+        _settle(cpus, cores, threads=1)  # small inference batches: more threads only contend
         self.policy = make_policy(EnvSpec.from_dict(spec), PolicyConfig(**policy_config)).eval()
         self.version = 0
-        self.busy_s = 0.0
+        self.clock = Stopwatch()
 
     def set_weights(self, state: dict, version: int) -> int:
         self.policy.load_state_dict(state)
@@ -72,52 +96,49 @@ class RolloutWorker:
         """
         from trainer.algorithms.common import bootstrap_values
 
-        tick = time.perf_counter()
-        is_step = not isinstance(previous, dict)
-        obs = previous.obs if is_step else previous
-        out = self.policy.act(obs, mode="sample")
-        boot = bootstrap_values(self.policy, previous) if is_step else None
-        self.busy_s += time.perf_counter() - tick
+        with self.clock:
+            is_step = not isinstance(previous, dict)
+            obs = previous.obs if is_step else previous
+            out = self.policy.act(obs, mode="sample")
+            boot = bootstrap_values(self.policy, previous) if is_step else None
         return out, boot, self.version
 
     def finish(self, result) -> torch.Tensor:
         from trainer.algorithms.common import bootstrap_values
 
-        tick = time.perf_counter()
-        boot = bootstrap_values(self.policy, result)
-        self.busy_s += time.perf_counter() - tick
+        with self.clock:
+            boot = bootstrap_values(self.policy, result)
         return boot
 
-    def busy(self) -> float:
-        return self.busy_s
+    def busy(self) -> dict[str, float]:
+        return self.clock.totals()
 
 
 class ActorWorker:
     """Gradient updates: PPO on the batches the loop hands over; publishes versioned weights."""
 
     def __init__(
-        self, spec: dict, policy_config: dict, ppo_config: dict, seed: int, cpus: float = 1.0
+        self, spec: dict, policy_config: dict, ppo_config: dict, seed: int, cpus: float = 1.0, cores=None
     ) -> None:
         from policies import PolicyConfig, make_policy
         from trainer.algorithms.ppo import PPO, PPOConfig
 
-        _threads(cpus)
+        _settle(cpus, cores)
         torch.manual_seed(seed)
         policy = make_policy(EnvSpec.from_dict(spec), PolicyConfig(**policy_config))
         self.ppo = PPO(policy, PPOConfig(**ppo_config))
         self.version = 0
-        self.busy_s = 0.0
+        self.clock = Stopwatch()
 
     def weights(self) -> tuple[dict, int]:
         return self.ppo.policy.state_dict(), self.version
 
     def update(self, batch, behaviour_version: int) -> tuple[dict, dict, int]:
-        tick = time.perf_counter()
-        self.ppo.policy.update_normalizers(batch.flat_obs())
-        metrics = self.ppo.update(batch)
-        metrics["policy_lag"] = float(self.version - behaviour_version)
-        self.version += 1
-        self.busy_s += time.perf_counter() - tick
+        with self.clock:
+            self.ppo.policy.update_normalizers(batch.flat_obs())
+            metrics = self.ppo.update(batch)
+            metrics["policy_lag"] = float(self.version - behaviour_version)
+            self.version += 1
         return metrics, self.ppo.policy.state_dict(), self.version
 
     def state(self) -> dict:
@@ -132,5 +153,5 @@ class ActorWorker:
         self.ppo.load_state_dict(state["algorithm"])
         self.version = state["version"]
 
-    def busy(self) -> float:
-        return self.busy_s
+    def busy(self) -> dict[str, float]:
+        return self.clock.totals()
