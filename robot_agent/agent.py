@@ -16,10 +16,12 @@ from robot_agent.spool import EpisodeSpool
 class Agent:
     """Runs one robot: the control loop in its own thread, the link on an asyncio loop."""
 
-    def __init__(self, driver: RobotDriver, config: AgentConfig, robot_kind: str | None = None) -> None:
+    def __init__(
+        self, driver: RobotDriver, config: AgentConfig, robot_kind: str | None = None, teleop=None
+    ) -> None:
         self.driver, self.config = driver, config
         self.spool = EpisodeSpool(Path(config.spool_dir).expanduser() / config.robot_id)
-        self.control = ControlLoop(driver, config, self.spool, send=self._send)
+        self.control = ControlLoop(driver, config, self.spool, send=self._send, teleop=teleop)
         self.link = LinkClient(
             config.link, self.control, self.spool, config.robot_id, robot_kind or driver.kind
         )

@@ -4,7 +4,8 @@
                         [--token-file F] [--tls-ca F] [--tls-cert F --tls-key F] [--insecure]
 
 The robot config file (JSON or TOML) may hold the sections ``driver`` (the driver's own config),
-``safety``, ``link`` and ``agent`` (robot_id, spool_dir, chunk_merge, ...).
+``safety``, ``link``, ``agent`` (robot_id, spool_dir, chunk_merge, ...) and ``teleop`` (``kind``:
+spacemouse, keyboard or replay, plus that device's keys): a human who can take over from the policy.
 """
 
 from __future__ import annotations
@@ -20,7 +21,7 @@ from typing import Any
 from robot_agent.config import AgentConfig, AgentConfigError, dataclass_from_dict, load_config_file
 
 EXIT_REFUSED = 3
-CONFIG_SECTIONS = ("driver", "safety", "link", "agent")
+CONFIG_SECTIONS = ("driver", "safety", "link", "agent", "teleop")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -41,6 +42,7 @@ def build_parser() -> argparse.ArgumentParser:
     connect.add_argument("--tls-key", help="client private key (mutual TLS)")
     connect.add_argument("--insecure", action="store_true", help="no TLS and no token: trusted networks only")
     connect.add_argument("--spool-dir", help="where episodes wait for the trainer's acknowledgement")
+    connect.add_argument("--teleop", help="a human device that can take over: spacemouse, keyboard or replay")
     connect.add_argument("-v", "--verbose", action="store_true")
     sub.add_parser("teleop", help="human teleoperation and data collection (not yet)")
     return parser
@@ -82,18 +84,23 @@ def connect(args: argparse.Namespace) -> int:
     from robot_agent.agent import Agent
     from robot_agent.drivers import UnknownDriverError, make_driver
     from robot_agent.link import LinkRefused
+    from robot_agent.teleop import TeleopError, make_teleop
 
     try:
         file_data = load_config_file(args.robot_config) if args.robot_config else {}
         config = agent_config_from_args(args, file_data)
         driver = make_driver(args.robot, file_data.get("driver", {}))
-    except (AgentConfigError, UnknownDriverError, ImportError) as exc:
+        teleop_section = dict(file_data.get("teleop", {}))
+        teleop_kind = args.teleop or teleop_section.pop("kind", None)
+        teleop_section.pop("kind", None)
+        teleop = make_teleop(teleop_kind, teleop_section) if teleop_kind else None
+    except (AgentConfigError, UnknownDriverError, TeleopError, ImportError) as exc:
         print(f"rlinf-robot: {exc}", file=sys.stderr)
         return 2
     if config.link.insecure:
         print("rlinf-robot: WARNING: --insecure: no TLS and no token on the robot link", file=sys.stderr)
     try:
-        agent = Agent(driver, config, robot_kind=args.robot)
+        agent = Agent(driver, config, robot_kind=args.robot, teleop=teleop)
     except OSError as exc:
         print(f"rlinf-robot: cannot use the spool directory {config.spool_dir}: {exc}", file=sys.stderr)
         return 2

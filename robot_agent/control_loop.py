@@ -50,6 +50,7 @@ class LoopStats:
     chunks_accepted: int = 0
     chunks_rejected: int = 0
     late_ticks: int = 0
+    intervened_ticks: int = 0  # ticks where a human's action replaced the policy's
     episodes_ended: int = 0
     episodes_aborted: int = 0
     # Observation sent -> its chunk accepted, on the agent clock (encode + link + trainer + link).
@@ -75,8 +76,17 @@ class ControlLoop:
     Owns the driver once started: every driver call, ``close`` included, happens on the loop's thread.
     """
 
-    def __init__(self, driver: RobotDriver, config: AgentConfig, spool: EpisodeSpool, send: Send) -> None:
+    def __init__(
+        self, driver: RobotDriver, config: AgentConfig, spool: EpisodeSpool, send: Send, teleop=None
+    ) -> None:
         self.driver, self.config, self.spool, self._send = driver, config, spool, send
+        # A human device (robot_agent.teleop): it takes over from the policy while its reading says so.
+        self.teleop = teleop
+        self.teleop_mapper = None
+        if teleop is not None:
+            from robot_agent.teleop import TeleopMapper
+
+            self.teleop_mapper = TeleopMapper(driver.spec)
         self.spec = driver.spec
         self.period_s = 1.0 / self.spec.control_hz
         self.safety = SafetyFilter(self.spec, driver.arms, config.safety)
@@ -97,6 +107,7 @@ class ControlLoop:
         self._encoder = ThreadPoolExecutor(max(1, len(self.spec.cameras)), thread_name_prefix="jpeg")
         self._thread: threading.Thread | None = None
         self._driver_error: str | None = None
+        self._human_driving = False
 
     # -- called from the link thread ---------------------------------------------------------------
     def accept_chunk(self, msg: pb.ActionChunk) -> str | None:
@@ -197,6 +208,18 @@ class ControlLoop:
         if episode is not None and episode.ending is not None:
             self._end_episode(*episode.ending)
             episode = None
+        human = self._poll_teleop(episode)
+        if human is False:  # the device vanished while a human was driving: hold, never drift
+            self.driver.hold()
+            self.stats.holds += 1
+            return
+        if human is not None and episode is not None and not self.estopped:
+            # Record what the policy would have done (HG-DAgger compares them): wait for it as a
+            # policy tick would; the human's action runs either way, at the same point of the tick.
+            budget = tick_start + self.config.action_wait_fraction * self.period_s - time.monotonic()
+            policy_action = self.queue.wait_for(self._seq, budget if self.mode != pb.MODE_TELEOP else 0.0)
+            self._execute(human, observation, episode, policy_action=policy_action, intervened=True)
+            return
         action = None
         if episode is not None and self.mode != pb.MODE_TELEOP and not self.estopped:
             wait_until = tick_start + self.config.action_wait_fraction * self.period_s
@@ -217,7 +240,41 @@ class ControlLoop:
             return
         self._execute(action, observation, episode)
 
-    def _execute(self, action: np.ndarray, observation: pb.Observation, episode: _Episode) -> None:
+    def _poll_teleop(self, episode: _Episode | None):
+        """The human's action this tick, None when the policy drives, False when the device was lost
+        while the human drove (the episode is aborted and the robot held)."""
+        if self.teleop is None or episode is None:
+            return None  # polled once per episode tick, so a replayed trace lines up with the steps
+        from robot_agent.teleop import TeleopLost
+
+        try:
+            reading = self.teleop.poll()
+        except TeleopLost as exc:
+            driving = self._human_driving or self.mode == pb.MODE_TELEOP
+            log.error("teleop device lost: %s", exc)
+            self.teleop = None
+            self._human_driving = False
+            if not driving:
+                return None  # the policy keeps driving; only the human's device is gone
+            self._enter_hold("teleop device lost")
+            self._end_episode(pb.EpisodeEvent.ABORTED, "teleop device lost while the human was driving")
+            return False
+        if reading.label is not None and episode is not None:
+            episode.success = episode.success or reading.label == "success"
+            episode.ending = (pb.EpisodeEvent.ENDED, f"labelled {reading.label} by the operator")
+        driving = reading.takeover or self.mode == pb.MODE_TELEOP
+        if driving != self._human_driving:
+            log.info("human %s", "takes over" if driving else "gives back")
+            if not driving:
+                self.queue.clear()  # the policy restarts from a chunk answering the current pose
+                self.watchdog.feed()
+        self._human_driving = driving
+        return self.teleop_mapper.to_action(reading) if driving else None
+
+    def _execute(
+        self, action: np.ndarray, observation: pb.Observation, episode: _Episode,
+        policy_action: np.ndarray | None = None, intervened: bool = False,
+    ) -> None:  # fmt: skip
         safe, events = self.safety.limit(
             action, np.asarray(observation.state), self._last_executed, self.driver.tcp_targets()
         )
@@ -228,9 +285,16 @@ class ControlLoop:
         self.stats.actions_executed += 1
         episode.step += 1
         episode.success = episode.success or outcome.success
+        if intervened:  # ``action`` is the human's; keep the policy's (if it sent one) beside it
+            self.stats.intervened_ticks += 1
+            policy_list = [] if policy_action is None else np.asarray(policy_action).tolist()
+        else:
+            policy_list = action.tolist()
         episode.transition = pb.Transition(
             executed_action=safe.tolist(),
-            policy_action=action.tolist(),
+            policy_action=policy_list,
+            intervened=intervened,
+            human_action=action.tolist() if intervened else [],
             reward=outcome.reward,
             terminated=outcome.terminated,
             truncated=outcome.truncated or episode.step >= self.spec.max_episode_steps,

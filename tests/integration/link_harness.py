@@ -30,6 +30,7 @@ def start_agent(
     robot_id: str = "twin-0",
     driver: dict[str, Any] | None = None,
     safety: SafetyConfig | None = None,
+    teleop=None,
     **link: Any,
 ) -> AgentThread:
     link.setdefault("insecure", not link.get("tls_ca"))
@@ -41,7 +42,8 @@ def start_agent(
         safety=safety or SafetyConfig(),
         link=LinkConfig(server=f"127.0.0.1:{port}", **link),
     )
-    return AgentThread(Agent(make_driver("sim-twin", {**TWIN, **(driver or {})}), config)).start()
+    driver_obj = make_driver("sim-twin", {**TWIN, **(driver or {})})
+    return AgentThread(Agent(driver_obj, config, teleop=teleop)).start()
 
 
 def wait_until(predicate: Callable[[], bool], timeout: float = 20.0, what: str = "condition") -> None:

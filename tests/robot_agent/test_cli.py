@@ -26,6 +26,11 @@ def run(*args, timeout=60):
         (["--robot", "ur5", "--insecure"], "unknown robot kind 'ur5'"),
         (["--robot", "sim-twin", "--tls-ca", "/nope.pem"], "--tls-ca /nope.pem does not exist"),
         (["--robot", "sim-twin", "--insecure", "--token-file", "/nope"], "--token-file /nope does not exist"),
+        (["--robot", "sim-twin", "--insecure", "--teleop", "glove"], "unknown teleop device 'glove'"),
+        (
+            ["--robot", "sim-twin", "--insecure", "--teleop", "spacemouse"],
+            "the spacemouse needs pyspacemouse",
+        ),
     ],
 )
 def test_bad_input_is_a_one_line_error(args, message):
@@ -71,6 +76,10 @@ def test_bad_robot_config_names_the_key(tmp_path):
     config.write_text("[safety]\nmax_translation_m = -1\n")
     result = connect_with(config.rename(tmp_path / "robot.toml"))
     assert result.returncode == 2 and "max_translation_m must be > 0" in result.stderr
+    config = tmp_path / "teleop.json"
+    config.write_text('{"teleop": {"kind": "replay", "path": "/nope.jsonl"}}')
+    result = connect_with(config)
+    assert result.returncode == 2 and "replay trace /nope.jsonl does not exist" in result.stderr
 
 
 @pytest.mark.slow

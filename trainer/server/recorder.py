@@ -20,6 +20,10 @@ from trainer.server.episodes import RobotEpisode
 log = logging.getLogger(__name__)
 
 
+def _vector(values, dim: int) -> np.ndarray:
+    return np.asarray(values, np.float32) if len(values) == dim else np.zeros(dim, np.float32)
+
+
 def to_frames(episode: RobotEpisode) -> EpisodeFrames:
     steps = episode.end.num_steps
     observations, outcomes = (
@@ -37,7 +41,10 @@ def to_frames(episode: RobotEpisode) -> EpisodeFrames:
         vectors={
             "observation.state": np.asarray([o.state for o in observations], np.float32),
             "action": np.asarray([t.executed_action for t in outcomes], np.float32).reshape(steps, dim),
-            "action.policy": np.asarray([t.policy_action for t in outcomes], np.float32).reshape(steps, dim),
+            # Zeros where a step has none: no human action off intervention, no policy action when the
+            # human drove before any chunk arrived. ``intervention`` says which is which.
+            "action.policy": np.asarray([_vector(t.policy_action, dim) for t in outcomes], np.float32),
+            "action.human": np.asarray([_vector(t.human_action, dim) for t in outcomes], np.float32),
         },
         scalars={
             "next.reward": np.asarray([t.reward for t in outcomes], np.float32),
