@@ -37,7 +37,13 @@ def train_config(tmp_path: Path, *overrides: str):
     path = tmp_path / "serve.yaml"
     path.write_text(SERVE_YAML)
     return load_serve_config(
-        str(path), [f"data.record_dir={tmp_path / 'ds'}", f"log_dir={tmp_path / 'serve'}", *overrides]
+        str(path),
+        [
+            f"data.record_dir={tmp_path / 'ds'}",
+            f"data.sim_record_dir={tmp_path / 'sim-ds'}",
+            f"log_dir={tmp_path / 'serve'}",
+            *overrides,
+        ],
     )
 
 
@@ -92,6 +98,12 @@ def test_ppo_trains_on_sim_and_robots_through_a_drop_and_a_rejoin(tmp_path):
     by_robot = {name: episodes[episodes["source"] == f"robot:{name}"] for name in ("a", "b")}
     assert by_robot["a"]["aborted"].sum() == 1 and not by_robot["b"]["aborted"].any()
     assert len(by_robot["b"]) >= len(rows) and episodes["episode_id"].is_unique
+    # Every sim episode too, in its own dataset (sim and robot cameras need not match).
+    info, sim_episodes, sim_frames = dataset(tmp_path / "sim-ds")
+    assert info["total_episodes"] == len(sim_episodes) == 2 * len(rows)
+    assert set(sim_episodes["source"]) == {"sim:rlinf/FrankaReach-v0"}
+    assert sim_episodes["length"].tolist() == [8] * len(sim_episodes) and len(sim_frames) == 16 * len(rows)
+    assert {"action", "next.reward", "intervention"} <= set(sim_frames.columns)
 
 
 def test_train_mode_refuses_grpo_and_a_bad_training_key(tmp_path):

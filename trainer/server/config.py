@@ -31,6 +31,8 @@ class DataSection:
 
     record_dir: str = "runs/dataset"
     video_codec: str = "libx264"
+    # train mode: the sim envs' episodes, in their own dataset ("": not recorded)
+    sim_record_dir: str = "runs/dataset-sim"
 
 
 @dataclass

@@ -60,6 +60,7 @@ class EnvPool:
     def __init__(
         self, sim: SimVectorEnv, server: LinkServer | None = None, loop: asyncio.AbstractEventLoop | None = None,
         weights: dict[str, float] | None = None, step_timeout_s: float = 10.0, seed: int = 0,
+        sim_recorder=None,
     ) -> None:  # fmt: skip
         self.sim, self.server, self.loop = sim, server, loop
         self.spec: EnvSpec = sim.spec
@@ -68,6 +69,8 @@ class EnvPool:
         if unknown:
             raise ValueError(f"weights are by source kind ('sim', 'robot'); unknown {sorted(unknown)}")
         self.step_timeout_s = step_timeout_s
+        self.sim_recorder = sim_recorder  # a SimEpisodeRecorder, or None
+        self._sim_obs: dict[str, Any] | None = None
         self.decoder = ThreadPoolExecutor(4, thread_name_prefix="frame-decode")
         self.robot_threads = ThreadPoolExecutor(8, thread_name_prefix="robot-step")
         self.robots: list[_RobotSlot] = []
@@ -133,6 +136,9 @@ class EnvPool:
             for slot, robot_seed in zip(self.robots, robot_seeds)
         ]
         sim_obs, _ = self.sim.reset(seed=seed, seeds=seeds[:n_sim] if seeds is not None else None)
+        self._sim_obs = sim_obs
+        if self.sim_recorder is not None:
+            self.sim_recorder.discard_partial()
         for future in futures:
             future.result()
         return self._stack(sim_obs, [slot.obs for slot in self.robots]), {}
@@ -152,6 +158,9 @@ class EnvPool:
             for j, slot in enumerate(self.robots)
         ]
         sim = self.sim.chunk_step(actions[:n_sim])
+        if self.sim_recorder is not None and self._sim_obs is not None:
+            self.sim_recorder.record(self._sim_obs, actions[:n_sim], sim)
+        self._sim_obs = sim.obs
         robot = [future.result() for future in futures]
         finished = list(sim.finished)
         for j, outcome in enumerate(robot):

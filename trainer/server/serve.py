@@ -257,6 +257,7 @@ def train(config: ServeConfig, on_started=None):
     from trainer.server.config import training_config
     from trainer.server.env_pool import EnvPool
     from trainer.server.link_server import LinkServerThread
+    from trainer.server.sim_recorder import SimEpisodeRecorder
 
     training = training_config(config)
     run_dir = Path(training.run.output_dir)
@@ -282,8 +283,13 @@ def train(config: ServeConfig, on_started=None):
 
         def make_envs(cfg):
             weights = {"sim": config.train.sim_weight, "robot": config.train.robot_weight}
-            return EnvPool(make_sim_envs(cfg), link, thread.loop, weights, config.train.step_timeout_s,
-                           seed=cfg.run.seed)  # fmt: skip
+            sim = make_sim_envs(cfg)
+            recorder = None
+            if config.data.sim_record_dir:
+                recorder = SimEpisodeRecorder(config.data.sim_record_dir, sim.spec, sim.num_envs,
+                                              link.store_executor, config.data.video_codec)  # fmt: skip
+            return EnvPool(sim, link, thread.loop, weights, config.train.step_timeout_s, seed=cfg.run.seed,
+                           sim_recorder=recorder)  # fmt: skip
 
         return Runner(training, resume_dir=resume, make_envs=make_envs).run()
     finally:
