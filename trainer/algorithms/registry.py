@@ -4,9 +4,10 @@ from __future__ import annotations
 
 
 def algorithm_class(name: str) -> type:
+    from trainer.algorithms.bc import BC
     from trainer.algorithms.ppo import PPO
 
-    classes: dict[str, type] = {"ppo": PPO}
+    classes: dict[str, type] = {"ppo": PPO, "bc": BC}
     try:
         from trainer.algorithms.grpo import GRPO
 
