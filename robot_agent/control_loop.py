@@ -32,6 +32,7 @@ from robot_agent.config import AgentConfig
 from robot_agent.drivers.base import DriverError, RobotDriver
 from robot_agent.safety import SafetyFilter
 from robot_agent.spool import EpisodeSpool
+from robot_agent.teleop import TeleopLost, TeleopMapper
 from robot_agent.watchdog import Watchdog
 
 log = logging.getLogger(__name__)
@@ -84,8 +85,6 @@ class ControlLoop:
         self.teleop = teleop
         self.teleop_mapper = None
         if teleop is not None:
-            from robot_agent.teleop import TeleopMapper
-
             self.teleop_mapper = TeleopMapper(driver.spec)
         self.spec = driver.spec
         self.period_s = 1.0 / self.spec.control_hz
@@ -245,8 +244,6 @@ class ControlLoop:
         while the human drove (the episode is aborted and the robot held)."""
         if self.teleop is None or episode is None:
             return None  # polled once per episode tick, so a replayed trace lines up with the steps
-        from robot_agent.teleop import TeleopLost
-
         try:
             reading = self.teleop.poll()
         except TeleopLost as exc:

@@ -49,11 +49,6 @@ class PlacementPlan:
         return dict(total)
 
 
-def _split_cpus(cpus: float, parts: int) -> list[float]:
-    share = cpus / parts
-    return [share] * parts
-
-
 def cpu_sets(bundles: tuple[dict[str, float], ...], cores: list[int]) -> tuple[tuple[int, ...], ...]:
     """Lay the bundles' CPU amounts side by side over ``cores``: bundle ``b`` gets the cores its
     interval ``[start, start + CPU)`` touches. Ray only counts CPUs; this makes a CPU bundle real."""
@@ -90,7 +85,7 @@ def plan_placement(
         bundles = tuple(config.bundles[:1]) or ({"CPU": cpus},)
         plan = PlacementPlan(mode, bundles, {role: 0 for role in ROLES}, 1, 0)
     elif mode == "disaggregated":
-        bundles = tuple(config.bundles) or tuple({"CPU": c} for c in _split_cpus(cpus, 3))
+        bundles = tuple(config.bundles) or ({"CPU": cpus / 3},) * 3
         if len(bundles) != 3:
             raise ConfigError(
                 f"cluster.placement=disaggregated needs 3 bundles (env, rollout, actor), got {len(bundles)}"

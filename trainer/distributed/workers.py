@@ -12,6 +12,7 @@ from typing import Any
 import torch
 
 from protos import EnvSpec
+from trainer.algorithms.common import bootstrap_values
 
 
 class Stopwatch:
@@ -94,8 +95,6 @@ class RolloutWorker:
 
         Returns (policy output, V(final obs) bootstraps of ``previous`` if it was a step, version).
         """
-        from trainer.algorithms.common import bootstrap_values
-
         with self.clock:
             is_step = not isinstance(previous, dict)
             obs = previous.obs if is_step else previous
@@ -104,8 +103,6 @@ class RolloutWorker:
         return out, boot, self.version
 
     def finish(self, result) -> torch.Tensor:
-        from trainer.algorithms.common import bootstrap_values
-
         with self.clock:
             boot = bootstrap_values(self.policy, result)
         return boot
