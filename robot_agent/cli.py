@@ -2,10 +2,16 @@
 
     rlinf-robot connect --server HOST:PORT --robot KIND [--robot-config FILE]
                         [--token-file F] [--tls-ca F] [--tls-cert F --tls-key F] [--insecure]
+    rlinf-robot teleop  --robot KIND --teleop DEVICE [--robot-config FILE]
+                        [--record-dir DIR] [--episodes N] [--seed S]
+
+``connect`` serves the robot to a trainer. ``teleop`` needs no trainer: a human drives the robot
+with a spacemouse, keyboard (or a replayed trace, or the sim twin's scripted expert) and every
+episode is recorded on this PC as a LeRobot v3 dataset.
 
 The robot config file (JSON or TOML) may hold the sections ``driver`` (the driver's own config),
 ``safety``, ``link``, ``agent`` (robot_id, spool_dir, chunk_merge, ...) and ``teleop`` (``kind``:
-spacemouse, keyboard or replay, plus that device's keys): a human who can take over from the policy.
+spacemouse, keyboard, replay or expert, plus that device's keys).
 """
 
 from __future__ import annotations
@@ -44,7 +50,21 @@ def build_parser() -> argparse.ArgumentParser:
     connect.add_argument("--spool-dir", help="where episodes wait for the trainer's acknowledgement")
     connect.add_argument("--teleop", help="a human device that can take over: spacemouse, keyboard or replay")
     connect.add_argument("-v", "--verbose", action="store_true")
-    sub.add_parser("teleop", help="human teleoperation and data collection (not yet)")
+    teleop = sub.add_parser("teleop", help="a human drives the robot; episodes are recorded locally")
+    teleop.add_argument("--robot", required=True, help="driver kind: sim-twin, franka or dual-franka")
+    teleop.add_argument(
+        "--robot-config", help="JSON or TOML file with driver / safety / agent / teleop sections"
+    )
+    teleop.add_argument(
+        "--teleop", help="the device: spacemouse, keyboard, replay or expert (or the file's teleop.kind)"
+    )
+    teleop.add_argument("--record-dir", default="teleop_dataset", help="the LeRobot v3 dataset to append to")
+    teleop.add_argument("--episodes", type=int, default=0, help="episodes to record (0: until Ctrl-C)")
+    teleop.add_argument("--seed", type=int, default=0, help="reset seed of the first episode (sim twin)")
+    teleop.add_argument("--robot-id", help="this robot's name in the dataset (default: agent.robot_id)")
+    teleop.add_argument("--spool-dir", help="where episodes wait until they are in the dataset")
+    teleop.add_argument("--video-codec", default="libx264", help="PyAV codec of the camera streams")
+    teleop.add_argument("-v", "--verbose", action="store_true")
     return parser
 
 
@@ -56,7 +76,17 @@ def agent_config_from_args(args: argparse.Namespace, file_data: dict[str, Any]) 
             f"unknown section {unknown[0]!r} in the robot config; known: {list(CONFIG_SECTIONS)}"
         )
     agent = dict(file_data.get("agent", {}))
-    link = dict(file_data.get("link", {}))
+    if args.robot_id:
+        agent["robot_id"] = args.robot_id
+    if args.spool_dir:
+        agent["spool_dir"] = args.spool_dir
+    agent["safety"] = dict(file_data.get("safety", {}))
+    if args.command == "connect":
+        agent["link"] = link_section_from_args(args, dict(file_data.get("link", {})))
+    return dataclass_from_dict(AgentConfig, agent, where="agent config")
+
+
+def link_section_from_args(args: argparse.Namespace, link: dict[str, Any]) -> dict[str, Any]:
     link["server"] = args.server
     if args.insecure:
         link["insecure"] = True
@@ -71,29 +101,30 @@ def agent_config_from_args(args: argparse.Namespace, file_data: dict[str, Any]) 
     for key in ("tls_ca", "tls_cert", "tls_key"):
         if link.get(key) and not Path(link[key]).expanduser().is_file():
             raise AgentConfigError(f"--{key.replace('_', '-')} {link[key]} does not exist")
-    if args.robot_id:
-        agent["robot_id"] = args.robot_id
-    if args.spool_dir:
-        agent["spool_dir"] = args.spool_dir
-    agent["link"] = link
-    agent["safety"] = dict(file_data.get("safety", {}))
-    return dataclass_from_dict(AgentConfig, agent, where="agent config")
+    return link
+
+
+def teleop_from(args: argparse.Namespace, file_data: dict[str, Any]):
+    """The teleop device named by ``--teleop`` or the file's ``teleop.kind`` (None if neither)."""
+    from robot_agent.teleop import make_teleop
+
+    section = dict(file_data.get("teleop", {}))
+    kind = args.teleop or section.get("kind")
+    section.pop("kind", None)
+    return make_teleop(kind, section) if kind else None
 
 
 def connect(args: argparse.Namespace) -> int:
     from robot_agent.agent import Agent
     from robot_agent.drivers import UnknownDriverError, make_driver
     from robot_agent.link import LinkRefused
-    from robot_agent.teleop import TeleopError, make_teleop
+    from robot_agent.teleop import TeleopError
 
     try:
         file_data = load_config_file(args.robot_config) if args.robot_config else {}
         config = agent_config_from_args(args, file_data)
         driver = make_driver(args.robot, file_data.get("driver", {}))
-        teleop_section = dict(file_data.get("teleop", {}))
-        teleop_kind = args.teleop or teleop_section.pop("kind", None)
-        teleop_section.pop("kind", None)
-        teleop = make_teleop(teleop_kind, teleop_section) if teleop_kind else None
+        teleop = teleop_from(args, file_data)
     except (AgentConfigError, UnknownDriverError, TeleopError, ImportError) as exc:
         print(f"rlinf-robot: {exc}", file=sys.stderr)
         return 2
@@ -124,6 +155,52 @@ def connect(args: argparse.Namespace) -> int:
     return 0
 
 
+def teleop(args: argparse.Namespace) -> int:
+    import threading
+
+    from robot_agent.drivers import UnknownDriverError, make_driver
+    from robot_agent.recording import LocalDataset
+    from robot_agent.spool import EpisodeSpool
+    from robot_agent.teleop import TeleopError
+    from robot_agent.teleop_session import TeleopEpisode, TeleopSession
+
+    if args.episodes < 0:
+        print("rlinf-robot: --episodes must be >= 0", file=sys.stderr)
+        return 2
+    try:
+        file_data = load_config_file(args.robot_config) if args.robot_config else {}
+        config = agent_config_from_args(args, file_data)
+        device = teleop_from(args, file_data)
+        if device is None:
+            raise AgentConfigError("teleop needs a device: --teleop spacemouse|keyboard|replay|expert")
+        driver = make_driver(args.robot, file_data.get("driver", {}))
+        spool = EpisodeSpool(Path(config.spool_dir).expanduser() / f"{config.robot_id}-teleop")
+        dataset = LocalDataset(args.record_dir, spool, driver.spec, config.robot_id, args.video_codec)
+        stop = threading.Event()
+
+        def report(episode: TeleopEpisode) -> None:
+            total = f"/{args.episodes}" if args.episodes else ""
+            verdict = "aborted" if episode.aborted else ("success" if episode.success else "no success")
+            print(f"episode {episode.number}{total}: {episode.steps} steps, {verdict} ({episode.reason}); "
+                  f"{dataset.num_episodes} in {args.record_dir}", file=sys.stderr)  # fmt: skip
+
+        session = TeleopSession(
+            driver, config, spool, dataset, device, args.episodes, args.seed, on_episode=report
+        )
+    except (AgentConfigError, UnknownDriverError, TeleopError, ImportError, ValueError, OSError) as exc:
+        print(f"rlinf-robot: {exc}", file=sys.stderr)
+        return 2
+    previous = {sig: signal.signal(sig, lambda *_: stop.set()) for sig in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        session.run(stop)
+    finally:
+        device.close()
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+    print(f"rlinf-robot: {dataset.num_episodes} episode(s) in {args.record_dir}", file=sys.stderr)
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     logging.basicConfig(
@@ -132,8 +209,7 @@ def main(argv: list[str] | None = None) -> int:
     )
     if args.command == "connect":
         return connect(args)
-    print("rlinf-robot teleop: not yet implemented (tracked in the teleop issue)", file=sys.stderr)
-    return 2
+    return teleop(args)
 
 
 if __name__ == "__main__":

@@ -86,6 +86,7 @@ class ControlLoop:
         self.teleop_mapper = None
         if teleop is not None:
             self.teleop_mapper = TeleopMapper(driver.spec)
+            teleop.bind(driver)
         self.spec = driver.spec
         self.period_s = 1.0 / self.spec.control_hz
         self.safety = SafetyFilter(self.spec, driver.arms, config.safety)
@@ -107,6 +108,7 @@ class ControlLoop:
         self._thread: threading.Thread | None = None
         self._driver_error: str | None = None
         self._human_driving = False
+        self._advice: np.ndarray | None = None  # an expert's label for this tick while the policy drives
 
     # -- called from the link thread ---------------------------------------------------------------
     def accept_chunk(self, msg: pb.ActionChunk) -> str | None:
@@ -160,6 +162,9 @@ class ControlLoop:
     def start(self) -> None:
         self._thread = threading.Thread(target=self.run, name="control-loop", daemon=True)
         self._thread.start()
+
+    def alive(self) -> bool:
+        return self._thread is not None and self._thread.is_alive()
 
     def stop(self, timeout: float = 5.0) -> None:
         self._stop.set()
@@ -242,6 +247,7 @@ class ControlLoop:
     def _poll_teleop(self, episode: _Episode | None):
         """The human's action this tick, None when the policy drives, False when the device was lost
         while the human drove (the episode is aborted and the robot held)."""
+        self._advice = None
         if self.teleop is None or episode is None:
             return None  # polled once per episode tick, so a replayed trace lines up with the steps
         try:
@@ -266,7 +272,11 @@ class ControlLoop:
                 self.queue.clear()  # the policy restarts from a chunk answering the current pose
                 self.watchdog.feed()
         self._human_driving = driving
-        return self.teleop_mapper.to_action(reading) if driving else None
+        if driving:
+            return self.teleop_mapper.to_action(reading)
+        if reading.advice:
+            self._advice = self.teleop_mapper.to_action(reading)
+        return None
 
     def _execute(
         self, action: np.ndarray, observation: pb.Observation, episode: _Episode,
@@ -282,16 +292,20 @@ class ControlLoop:
         self.stats.actions_executed += 1
         episode.step += 1
         episode.success = episode.success or outcome.success
+        human_list = []
         if intervened:  # ``action`` is the human's; keep the policy's (if it sent one) beside it
             self.stats.intervened_ticks += 1
             policy_list = [] if policy_action is None else np.asarray(policy_action).tolist()
+            human_list = action.tolist()
         else:
             policy_list = action.tolist()
+            if self._advice is not None:  # the expert's label of this state (DAgger), not executed
+                human_list = self._advice.tolist()
         episode.transition = pb.Transition(
             executed_action=safe.tolist(),
             policy_action=policy_list,
             intervened=intervened,
-            human_action=action.tolist() if intervened else [],
+            human_action=human_list,
             reward=outcome.reward,
             terminated=outcome.terminated,
             truncated=outcome.truncated or episode.step >= self.spec.max_episode_steps,
@@ -377,6 +391,8 @@ class ControlLoop:
             return
         self._episode = _Episode(episode_id)
         self._last_executed = None
+        if self.teleop is not None:
+            self.teleop.start_episode()
         self.watchdog.feed()
         self._send(
             pb.AgentMessage(

@@ -317,12 +317,22 @@ class FrankaEnv(gym.Env):
 
     # -- observation ---------------------------------------------------------------------------
     def _observation(self) -> dict[str, Any]:
+        state = self.privileged_state() if self.cfg.privileged_state else self._proprio()
+        return {"images": self._render_cameras(), "state": state, "instruction": self.task.instruction}
+
+    def _proprio(self) -> np.ndarray:
         scene = self.scene
         parts = [scene.arm_qpos, scene.arm_qvel, scene.tcp_pos, scene.tcp_quat, [scene.gripper_width]]
-        if self.cfg.privileged_state:
-            parts.append(self.task.task_state(scene))
-        state = np.concatenate(parts).astype(np.float32)
-        return {"images": self._render_cameras(), "state": state, "instruction": self.task.instruction}
+        return np.concatenate(parts).astype(np.float32)
+
+    def privileged_state(self) -> np.ndarray:
+        """Proprioception plus the task's object state (what a scripted expert needs), whatever the
+        config shows the policy."""
+        return np.concatenate([self._proprio(), self.task.task_state(self.scene)]).astype(np.float32)
+
+    def privileged_spec(self) -> EnvSpec:
+        """The spec that describes :meth:`privileged_state`."""
+        return replace(self.env_spec, state_fields=PROPRIO_FIELDS + self.task.state_fields())
 
     def _render_cameras(self) -> dict[str, np.ndarray]:
         if not self.cfg.cameras:

@@ -49,6 +49,7 @@ def _serve(args: argparse.Namespace) -> int:
 
     from trainer.server.auth import AuthConfigError
     from trainer.server.config import load_serve_config
+    from trainer.server.dagger import DaggerError
     from trainer.server.serve import main
 
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
@@ -60,7 +61,7 @@ def _serve(args: argparse.Namespace) -> int:
         )
     try:
         return main(config)
-    except (AuthConfigError, OSError) as exc:
+    except (AuthConfigError, OSError, DaggerError) as exc:
         print(f"rlinf-trainer serve: {exc}", file=sys.stderr)
         return 2
 
@@ -86,10 +87,11 @@ def build_parser() -> argparse.ArgumentParser:
     rollout.set_defaults(func=_rollout)
 
     serve = sub.add_parser(
-        "serve", help="serve robot agents over gRPC: collect episodes, evaluate, or train on sim + robots"
+        "serve",
+        help="serve robot agents over gRPC: collect episodes, evaluate, train on sim + robots, or run DAgger rounds",
     )
     serve.add_argument(
-        "--config", default=None, help="a YAML file (sections: server, data, collect, eval, train)"
+        "--config", default=None, help="a YAML file (sections: server, data, collect, eval, train, dagger)"
     )
     serve.add_argument("--insecure", action="store_true", help="no TLS, no token: trusted networks only")
     serve.add_argument(

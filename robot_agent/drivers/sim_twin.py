@@ -1,7 +1,7 @@
 """The sim twin: a ``sim_envs`` task run in-process as if it were the robot (what CI and tests use).
 
 The domain-randomisation knobs are its "reality gap" (``randomization="reality_gap"`` by default),
-and it has no privileged state: it shows the trainer exactly what a real arm would.
+and by default it has no privileged state: it shows the trainer exactly what a real arm would.
 """
 
 from __future__ import annotations
@@ -30,6 +30,9 @@ class SimTwinConfig:
     randomization: str | dict = "reality_gap"
     reward_type: str = "dense"
     max_episode_steps: int = 0  # 0: the task's own horizon
+    # True: the state also carries the task's object poses, standing in for a perception module
+    # (lets state policies learn on the twin; a real arm shows proprioception only).
+    privileged_state: bool = False
 
 
 class SimTwinDriver(RobotDriver):
@@ -56,7 +59,7 @@ class SimTwinDriver(RobotDriver):
             image_height=self.config.image_size,
             image_width=self.config.image_size,
             reward_type=self.config.reward_type,
-            privileged_state=False,
+            privileged_state=self.config.privileged_state,
             randomization=randomization,  # type: ignore[arg-type]  (from_overrides converts a dict)
             max_episode_steps=1_000_000_000,  # the agent truncates at the spec's horizon, not the env
         )

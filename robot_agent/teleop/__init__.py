@@ -13,6 +13,7 @@ DEVICES: dict[str, tuple[str, str, str]] = {
     "replay": ("robot_agent.teleop.replay", "ReplayDevice", "ReplayConfig"),
     "keyboard": ("robot_agent.teleop.keyboard", "KeyboardDevice", "KeyboardConfig"),
     "spacemouse": ("robot_agent.teleop.spacemouse", "SpaceMouseDevice", "SpaceMouseConfig"),
+    "expert": ("robot_agent.teleop.expert", "ExpertDevice", "ExpertConfig"),  # sim twin only
 }
 
 

@@ -2,7 +2,8 @@
 
 A device is polled once per control tick and returns a :class:`TeleopReading`: a 6-DoF motion in
 [-1, 1] (x, y, z, roll, pitch, yaw), the gripper command if one was given, whether the human is
-driving this tick, and an optional success / failure label. A device that is gone raises
+driving this tick (or only advising: the expert's label while the policy drives), and an optional
+success / failure label. A device that is gone raises
 :class:`TeleopLost`; the control loop then holds the robot rather than let it drift.
 """
 
@@ -34,6 +35,9 @@ class TeleopReading:
     gripper_closed: bool | None = None  # None: no gripper command this tick
     takeover: bool = False  # the human drives this tick
     label: str | None = None  # "success" / "failure": the operator ends the episode with a verdict
+    # The motion is the expert's label for this state while the policy keeps driving (DAgger):
+    # recorded as the human action, not executed.
+    advice: bool = False
 
 
 class TeleopDevice(abc.ABC):
@@ -44,6 +48,12 @@ class TeleopDevice(abc.ABC):
     @abc.abstractmethod
     def poll(self) -> TeleopReading:
         """The device's state now. Raises :class:`TeleopLost` if it is gone."""
+
+    def bind(self, driver) -> None:  # noqa: B027 (optional)
+        """Called once with the robot's driver, before the first poll (an expert may watch the robot)."""
+
+    def start_episode(self) -> None:  # noqa: B027 (optional)
+        """Called when an episode starts."""
 
     def close(self) -> None:  # noqa: B027 (optional)
         """Release the device."""

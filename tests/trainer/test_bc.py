@@ -11,10 +11,10 @@ import torch
 
 import sim_envs
 from policies import PolicyConfig, make_policy
+from protos.lerobot_dataset import EpisodeFrames, LeRobotWriter
 from sim_envs.scripted import scripted_policy
 from trainer.algorithms.bc import BC, BCConfig
 from trainer.configs import ConfigError, load_config
-from trainer.data.lerobot_writer import EpisodeFrames, LeRobotWriter
 from trainer.runner import Runner
 
 ENV = {"cameras": [], "action_rotation": False, "max_episode_steps": 40}

@@ -31,43 +31,51 @@ class BCConfig:
     updates_per_iteration: int = 200
 
 
-def load_frames(root: str, action_key: str, only_interventions: bool) -> tuple[np.ndarray, np.ndarray]:
-    """(states [N, D], actions [N, A]) from a LeRobot v3 dataset's parquet frames."""
+def read_frames(root: str):
+    """Every frame of a LeRobot v3 dataset (its ``data/`` parquet files) as one pandas DataFrame."""
     import pandas as pd
 
     files = sorted((Path(root) / "data").rglob("*.parquet"))
     if not files:
-        raise ValueError(f"algo.dataset={root!r} holds no LeRobot v3 frames (data/chunk-*/file-*.parquet)")
-    frames = pd.concat([pd.read_parquet(f) for f in files], ignore_index=True)
+        raise ValueError(f"dataset {root!r} holds no LeRobot v3 frames (data/chunk-*/file-*.parquet)")
+    return pd.concat([pd.read_parquet(f) for f in files], ignore_index=True)
+
+
+def select_frames(frames, action_key: str, only_interventions: bool) -> tuple[np.ndarray, np.ndarray]:
+    """(states [N, D], actions [N, A]) from frames; just the human-driven ones if ``only_interventions``."""
     for column in ("observation.state", action_key):
         if column not in frames.columns:
-            raise ValueError(f"algo.dataset has no {column!r} column; it has {sorted(frames.columns)}")
+            raise ValueError(f"the dataset has no {column!r} column; it has {sorted(frames.columns)}")
     if only_interventions:
         if "intervention" not in frames.columns:
-            raise ValueError("algo.only_interventions needs the dataset's 'intervention' column")
+            raise ValueError("only_interventions needs the dataset's 'intervention' column")
         frames = frames[frames["intervention"].astype(bool)]
         if frames.empty:
-            raise ValueError("algo.only_interventions: the dataset has no intervened frames")
+            raise ValueError("only_interventions: the dataset has no intervened frames")
     states = np.stack(frames["observation.state"].to_numpy()).astype(np.float32)
     actions = np.stack(frames[action_key].to_numpy()).astype(np.float32)
     return states, actions
 
 
-class BC:
-    """Behaviour cloning of a Gaussian / tanh-Gaussian state policy (its mean action)."""
+def load_frames(root: str, action_key: str, only_interventions: bool) -> tuple[np.ndarray, np.ndarray]:
+    """(states [N, D], actions [N, A]) from a LeRobot v3 dataset's parquet frames."""
+    return select_frames(read_frames(root), action_key, only_interventions)
 
-    config_class = BCConfig
 
-    def __init__(self, policy: Policy, cfg: BCConfig) -> None:
+class Regression:
+    """The regression itself: a state policy's squashed mean action onto recorded actions."""
+
+    def __init__(self, policy: Policy, learning_rate: float, batch_size: int) -> None:
         if policy.cfg.kind != "mlp" or policy.chunk_size != 1:
             raise ValueError(
                 "bc trains state policies with one-action chunks (policy.kind=mlp, policy.chunk_size=1)"
             )
-        if not cfg.dataset:
-            raise ValueError("bc needs algo.dataset, a LeRobot v3 dataset folder")
-        self.policy, self.cfg = policy, cfg
-        states, actions = load_frames(cfg.dataset, cfg.action_key, cfg.only_interventions)
-        spec = policy.spec
+        self.policy, self.batch_size = policy, batch_size
+        self.optimizer = torch.optim.Adam(policy.parameters(), lr=learning_rate)
+
+    def set_data(self, states: np.ndarray, actions: np.ndarray) -> None:
+        """The frames to fit: actions in the env's units, mapped into the policy's [-1, 1]."""
+        spec = self.policy.spec
         if states.shape[1] != spec.state_dim or actions.shape[1] != spec.action.dim:
             raise ValueError(
                 f"the dataset has state {states.shape[1]} / action {actions.shape[1]}, "
@@ -76,13 +84,14 @@ class BC:
         low, high = spec.action.low_array(), spec.action.high_array()
         self.states = torch.as_tensor(states)
         self.targets = torch.as_tensor(np.clip(2.0 * (actions - low) / (high - low) - 1.0, -1.0, 1.0))
-        policy.update_normalizers({"state": self.states})
-        self.optimizer = torch.optim.Adam(policy.parameters(), lr=cfg.learning_rate)
+        self.policy.update_normalizers({"state": self.states})
 
-    def iterate(self, venv: SimVectorEnv, seed: int) -> IterationResult:
+    def fit(self, updates: int) -> float:
+        """``updates`` Adam steps on random minibatches; returns the mean loss."""
         losses = []
-        for _ in range(self.cfg.updates_per_iteration):
-            idx = torch.randint(0, len(self.states), (self.cfg.batch_size,))
+        self.policy.train()
+        for _ in range(updates):
+            idx = torch.randint(0, len(self.states), (self.batch_size,))
             features = self.policy.encoder({"state": self.states[idx], "images": {}})
             predicted = self.policy.squash(self.policy.distribution(features).mean)
             loss = torch.nn.functional.mse_loss(predicted, self.targets[idx])
@@ -90,10 +99,30 @@ class BC:
             loss.backward()
             self.optimizer.step()
             losses.append(float(loss.detach()))
+        return float(np.mean(losses))
+
+
+class BC:
+    """Behaviour cloning of a Gaussian / tanh-Gaussian state policy (its mean action)."""
+
+    config_class = BCConfig
+
+    def __init__(self, policy: Policy, cfg: BCConfig) -> None:
+        self.regression = Regression(policy, cfg.learning_rate, cfg.batch_size)
+        if not cfg.dataset:
+            raise ValueError("bc needs algo.dataset, a LeRobot v3 dataset folder")
+        self.policy, self.cfg = policy, cfg
+        try:
+            self.regression.set_data(*load_frames(cfg.dataset, cfg.action_key, cfg.only_interventions))
+        except ValueError as exc:
+            raise ValueError(f"algo.dataset={cfg.dataset!r}: {exc}") from None
+        self.optimizer = self.regression.optimizer
+
+    def iterate(self, venv: SimVectorEnv, seed: int) -> IterationResult:
+        loss = self.regression.fit(self.cfg.updates_per_iteration)
         steps, finished = self.play_greedy(venv, seed)
-        return IterationResult(
-            steps, finished, {"bc_mse": float(np.mean(losses)), "dataset_frames": len(self.states)}
-        )
+        metrics = {"bc_mse": loss, "dataset_frames": len(self.regression.states)}
+        return IterationResult(steps, finished, metrics)
 
     @torch.no_grad()
     def play_greedy(self, venv: SimVectorEnv, seed: int):

@@ -7,7 +7,7 @@ from pathlib import Path
 
 from trainer.configs.loader import ConfigError, load_structured
 
-MODES = ("collect", "eval", "train")
+MODES = ("collect", "eval", "train", "dagger")
 COLLECT_POLICIES = ("random", "hold")
 
 
@@ -69,6 +69,27 @@ class TrainSection:
     resume: bool = False  # continue the run in run.output_dir from its newest checkpoint
 
 
+@dataclass
+class DaggerSection:
+    """``dagger`` mode: rounds of robot episodes under the policy, with a human (or expert) helping,
+    each followed by a behaviour-cloning fit on everything recorded so far (see trainer/server/dagger.py)."""
+
+    policy_path: str = ""  # the starting policy (a Policy.save file, e.g. a checkpoint's policy.pt)
+    rounds: int = 5
+    episodes_per_round: int = 4  # per robot
+    min_robots: int = 1
+    wait_timeout_s: float = 600.0
+    only_interventions: bool = True  # HG-DAgger; false: DAgger on every labelled frame
+    action_key: str = "action.human"  # the human's (or expert's) action is the label
+    datasets: list[str] = field(default_factory=list)  # more LeRobot v3 datasets to fit on (e.g. demos)
+    updates_per_round: int = 500
+    learning_rate: float = 1e-3
+    batch_size: int = 256
+    greedy: bool = True
+    seed: int = 0
+    output_dir: str = ""  # default: <log_dir>/dagger
+
+
 # Algorithms whose iterations can consume robots. GRPO needs groups of envs reset to the same seed,
 # which a real robot cannot replay.
 POOL_ALGORITHMS = ("ppo", "sac", "rlpd")
@@ -81,6 +102,7 @@ class ServeConfig:
     collect: CollectSection = field(default_factory=CollectSection)
     eval: EvalSection = field(default_factory=EvalSection)
     train: TrainSection = field(default_factory=TrainSection)
+    dagger: DaggerSection = field(default_factory=DaggerSection)
     log_dir: str = "runs/serve"  # TensorBoard figures per robot
 
 
@@ -107,11 +129,31 @@ def load_serve_config(path: str | None, overrides: list[str] | None = None) -> S
         raise ConfigError(
             f"server.mode=eval needs eval.policy_path, a saved policy file; got {config.eval.policy_path!r}"
         )
+    if config.server.mode == "dagger":
+        check_dagger(config)
     if config.collect.policy not in COLLECT_POLICIES:
         raise ConfigError(f"collect.policy must be one of {COLLECT_POLICIES}, got {config.collect.policy!r}")
     if not config.data.record_dir:
         raise ConfigError("data.record_dir must name the dataset folder")
     return config
+
+
+def check_dagger(config: ServeConfig) -> None:
+    dagger = config.dagger
+    output_dir = Path(dagger.output_dir or Path(config.log_dir) / "dagger")
+    resumable = any(output_dir.glob("round_*/policy.pt"))
+    if not resumable and not Path(dagger.policy_path).is_file():
+        raise ConfigError(
+            f"server.mode=dagger needs dagger.policy_path, a saved policy file (e.g. a BC run's "
+            f"checkpoints/step_N/policy.pt); got {dagger.policy_path!r}"
+        )
+    if dagger.rounds < 1 or dagger.episodes_per_round < 1 or dagger.updates_per_round < 1:
+        raise ConfigError(
+            "dagger.rounds, dagger.episodes_per_round and dagger.updates_per_round must be >= 1"
+        )
+    for root in dagger.datasets:
+        if not (Path(root) / "meta" / "info.json").is_file():
+            raise ConfigError(f"dagger.datasets: {root} is not a LeRobot v3 dataset (no meta/info.json)")
 
 
 def training_config(config: ServeConfig):

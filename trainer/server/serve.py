@@ -11,7 +11,6 @@ import asyncio
 import contextlib
 import logging
 import signal
-from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import numpy as np
@@ -21,6 +20,7 @@ from trainer.server.auth import ServerAuthConfig
 from trainer.server.config import ServeConfig
 from trainer.server.episode_runner import run_episode
 from trainer.server.link_server import LinkServer, LinkServerConfig
+from trainer.server.policy_driver import PolicyDriver
 from trainer.server.recorder import LeRobotEpisodeSink
 from trainer.server.session import RobotSession, RobotUnavailable
 
@@ -86,48 +86,12 @@ class Evaluation:
         from policies.factory import load_policy
 
         self.config = config
-        self.policy = load_policy(config.eval.policy_path).eval()
+        self.driver = PolicyDriver(load_policy(config.eval.policy_path), greedy=config.eval.greedy)
         self.path = Path(config.eval.results_file or Path(config.log_dir) / "eval.json")
         self.results: dict[str, dict] = {}
-        self.inference = ThreadPoolExecutor(1, thread_name_prefix="eval-inference")
-
-    def compatible(self, session: RobotSession) -> str | None:
-        """Why this policy cannot drive this robot, or None."""
-        spec, robot = self.policy.spec, session.spec
-        if spec.state_dim != robot.state_dim or spec.action.dim != robot.action.dim:
-            return (
-                f"policy expects state {spec.state_dim} / action {spec.action.dim}, "
-                f"robot {session.robot_id} has {robot.state_dim} / {robot.action.dim}"
-            )
-        missing = set(spec.camera_names) - set(robot.camera_names)
-        return f"robot {session.robot_id} lacks cameras {sorted(missing)}" if missing else None
-
-    def act(self, session: RobotSession):
-        import torch
-
-        from policies.base import to_tensors
-        from protos import link_codec
-
-        mode = "greedy" if self.config.eval.greedy else "sample"
-
-        def infer(obs: pb.Observation) -> np.ndarray:
-            images = link_codec.decode_images(obs.frames, session.spec)
-            batch = {
-                "images": {name: images[name][None] for name in self.policy.spec.camera_names},
-                "state": np.asarray(obs.state, np.float32)[None],
-                "instruction": [obs.instruction],
-            }
-            with torch.no_grad():
-                return self.policy.act(to_tensors(batch), mode=mode).actions[0].numpy()
-
-        async def policy(obs: pb.Observation) -> np.ndarray:
-            # Decoding and inference run on the inference thread, never on the event loop.
-            return await asyncio.get_running_loop().run_in_executor(self.inference, infer, obs)
-
-        return policy
 
     async def run(self, session: RobotSession, stop: asyncio.Event) -> None:
-        problem = self.compatible(session)
+        problem = self.driver.incompatibility(session)
         if problem:
             log.error("eval: %s; not driving it", problem)
             return
@@ -137,7 +101,7 @@ class Evaluation:
         ):
             try:
                 end = await run_episode(
-                    session, self.act(session), seed=record["episodes"] + record["aborted"]
+                    session, self.driver.remote_policy(session), seed=record["episodes"] + record["aborted"]
                 )
             except (RobotUnavailable, asyncio.TimeoutError):
                 return
@@ -243,6 +207,51 @@ def connected_robots(server: LinkServer) -> list[str]:
     return [robot_id for robot_id, s in server.sessions.items() if s.state != "disconnected"]
 
 
+def wait_for_robots(link: LinkServer, count: int, timeout_s: float, key: str) -> None:
+    import time
+
+    deadline = time.monotonic() + timeout_s
+    while len(connected_robots(link)) < count:
+        if time.monotonic() > deadline:
+            raise TimeoutError(
+                f"{key}={count}: only {len(connected_robots(link))} robots connected after {timeout_s:.0f} s"
+            )
+        time.sleep(0.2)
+
+
+def start_link(config: ServeConfig):
+    """The link server on its own loop thread, recording robot episodes to ``data.record_dir``."""
+    from trainer.server.link_server import LinkServerThread
+
+    sink = LeRobotEpisodeSink(config.data.record_dir, config.data.video_codec)
+    link = LinkServer(
+        LinkServerConfig(host=config.server.host, port=config.server.port, auth=auth_from(config)), sink=sink
+    )
+    return link, LinkServerThread(link).start()
+
+
+def stop_link(link: LinkServer, thread) -> None:
+    thread.stop(grace=2.0)
+    link.store_executor.shutdown(wait=True)  # every acknowledged episode is on disk
+
+
+def dagger(config: ServeConfig, on_started=None) -> list[dict]:
+    """``dagger`` mode: :class:`~trainer.server.dagger.DaggerLoop` rounds on the connected robots."""
+    from trainer.server.dagger import DaggerLoop
+
+    link, thread = start_link(config)
+    log.info("serving robots on %s:%d (mode dagger: %d rounds), recording to %s", config.server.host,
+             link.port, config.dagger.rounds, config.data.record_dir)  # fmt: skip
+    if on_started is not None:
+        on_started(link)
+    try:
+        loop = DaggerLoop(config, link, thread.loop, link.sink)
+        wait_for_robots(link, config.dagger.min_robots, config.dagger.wait_timeout_s, "dagger.min_robots")
+        return loop.run()
+    finally:
+        stop_link(link, thread)
+
+
 def train(config: ServeConfig, on_started=None):
     """``train`` mode: the configured algorithm iterates on an :class:`EnvPool` of sim envs + robots.
 
@@ -250,36 +259,22 @@ def train(config: ServeConfig, on_started=None):
     as ``rlinf-trainer train`` does. Robot episodes are recorded to ``data.record_dir`` as in
     ``collect``. Returns the runner's :class:`~trainer.checkpoint.Progress`.
     """
-    import time
-
     from trainer.checkpoint import latest_checkpoint
     from trainer.runner import Runner, make_sim_envs
     from trainer.server.config import training_config
     from trainer.server.env_pool import EnvPool
-    from trainer.server.link_server import LinkServerThread
     from trainer.server.sim_recorder import SimEpisodeRecorder
 
     training = training_config(config)
     run_dir = Path(training.run.output_dir)
     resume = run_dir if config.train.resume and latest_checkpoint(run_dir) is not None else None
-    sink = LeRobotEpisodeSink(config.data.record_dir, config.data.video_codec)
-    link = LinkServer(
-        LinkServerConfig(host=config.server.host, port=config.server.port, auth=auth_from(config)), sink=sink
-    )
-    thread = LinkServerThread(link).start()
+    link, thread = start_link(config)
     log.info("serving robots on %s:%d (mode train: %s on %s), recording robot episodes to %s",
              config.server.host, link.port, training.algorithm, training.env.id, config.data.record_dir)  # fmt: skip
     if on_started is not None:
         on_started(link)
     try:
-        deadline = time.monotonic() + config.train.wait_timeout_s
-        while len(connected_robots(link)) < config.train.min_robots:
-            if time.monotonic() > deadline:
-                raise TimeoutError(
-                    f"train.min_robots={config.train.min_robots}: only {len(connected_robots(link))} robots "
-                    f"connected after {config.train.wait_timeout_s:.0f} s"
-                )
-            time.sleep(0.2)
+        wait_for_robots(link, config.train.min_robots, config.train.wait_timeout_s, "train.min_robots")
 
         def make_envs(cfg):
             weights = {"sim": config.train.sim_weight, "robot": config.train.robot_weight}
@@ -293,11 +288,17 @@ def train(config: ServeConfig, on_started=None):
 
         return Runner(training, resume_dir=resume, make_envs=make_envs).run()
     finally:
-        thread.stop(grace=2.0)
-        link.store_executor.shutdown(wait=True)  # every acknowledged episode is on disk
+        stop_link(link, thread)
 
 
 def main(config: ServeConfig) -> int:
+    if config.server.mode == "dagger":
+        try:
+            rows = dagger(config)
+        except KeyboardInterrupt:
+            return 130
+        log.info("dagger done: %d rounds", len(rows))
+        return 0
     if config.server.mode == "train":
         try:
             progress = train(config)

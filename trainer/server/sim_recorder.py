@@ -16,8 +16,8 @@ from typing import Any
 import numpy as np
 
 from protos.env_spec import EnvSpec
+from protos.lerobot_dataset import EpisodeFrames, LeRobotWriter
 from sim_envs.vector import ChunkResult
-from trainer.data.lerobot_writer import EpisodeFrames, LeRobotWriter
 
 log = logging.getLogger(__name__)
 

@@ -13,7 +13,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from trainer.data.lerobot_writer import DatasetError, EpisodeFrames, LeRobotWriter
+from protos.lerobot_dataset import DatasetError, EpisodeFrames, LeRobotWriter
 
 FPS = 10.0
 
@@ -108,8 +108,8 @@ def test_reopening_appends_and_removes_half_written_files(tmp_path):
 WRITER_SCRIPT = """
 import sys, numpy as np
 sys.path.insert(0, {root!r})
-from tests.trainer.data.test_lerobot_writer import episode
-from trainer.data.lerobot_writer import LeRobotWriter
+from tests.protos.test_lerobot_dataset import episode
+from protos.lerobot_dataset import LeRobotWriter
 writer = LeRobotWriter({path!r}, fps=10.0)
 for i in range(1000):
     writer.add_episode(episode(20, i))

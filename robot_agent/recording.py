@@ -1,0 +1,74 @@
+"""The agent's own LeRobot v3 recording (``rlinf-robot teleop``): spooled episodes into a dataset.
+
+An episode goes from the spool into the dataset and is then deleted from the spool, in that order:
+a process killed in between leaves it in both, and the next drain sees its ``episode_id`` already in
+the dataset and only deletes it. Episodes the spool closed after a crash are recorded as aborted.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from pathlib import Path
+
+from protos import robot_link_pb2 as pb
+from protos.env_spec import EnvSpec
+from protos.episode_frames import robot_episode_frames
+from protos.lerobot_dataset import LeRobotWriter
+from robot_agent.spool import EpisodeSpool
+
+log = logging.getLogger(__name__)
+
+
+class LocalDataset:
+    """Moves finished episodes from an :class:`EpisodeSpool` into a LeRobot v3 dataset at ``root``."""
+
+    def __init__(
+        self,
+        root: str | Path,
+        spool: EpisodeSpool,
+        spec: EnvSpec,
+        robot_id: str,
+        video_codec: str = "libx264",
+    ) -> None:
+        try:
+            import av  # noqa: F401
+            import pandas  # noqa: F401
+            import pyarrow  # noqa: F401
+        except ImportError as exc:
+            raise ImportError(
+                f"local recording needs pyarrow, pandas and av ({exc.name} is missing): pip install .[robot]"
+            ) from None
+        self.root, self.spool, self.spec, self.robot_id = Path(root), spool, spec, robot_id
+        fps = spec.control_hz
+        info = self.root / "meta" / "info.json"
+        if info.exists():
+            fps = float(json.loads(info.read_text())["fps"])
+            if abs(fps - spec.control_hz) > 1e-6:
+                raise ValueError(
+                    f"dataset {self.root} was recorded at {fps:g} fps; this robot runs at {spec.control_hz:g} Hz"
+                )
+        self.writer = LeRobotWriter(self.root, fps=fps, robot_type=robot_id, video_codec=video_codec)
+
+    def store(self, episode_id: str) -> pb.EpisodeEvent:
+        """Record one finished spooled episode (if it has steps) and drop it from the spool."""
+        end = self.spool.end_event(episode_id)
+        recorded = any(e.get("episode_id") == episode_id for e in self.writer.episodes)
+        if end.num_steps > 0 and not recorded:
+            observations = list(self.spool.observations(episode_id))
+            frames = robot_episode_frames(self.robot_id, self.spec, observations, end)
+            index = self.writer.add_episode(frames)
+            log.info("recorded episode %d (%s, %d steps)", index, episode_id, end.num_steps)
+        self.spool.acknowledge(episode_id)
+        return end
+
+    def drain(self) -> int:
+        """Record every finished episode waiting in the spool (left by an earlier, interrupted run)."""
+        pending = self.spool.pending()
+        for episode_id in pending:
+            self.store(episode_id)
+        return len(pending)
+
+    @property
+    def num_episodes(self) -> int:
+        return len(self.writer.episodes)
