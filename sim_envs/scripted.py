@@ -25,7 +25,8 @@ def _wrap(angle: float, period: float) -> float:
 
 
 class ScriptedPickLift:
-    """Approach from above, align with the cube's yaw, descend, close, lift."""
+    """Approach from above, align with the cube's yaw, descend, close, lift; start over if the cube
+    is lost (it also takes over mid-episode, from wherever the arm is, as a DAgger expert)."""
 
     def __init__(self, spec: EnvSpec, max_translation_m: float = 0.05, max_rotation_rad: float = 0.3):
         self.spec = spec
@@ -53,7 +54,10 @@ class ScriptedPickLift:
                 self.phase = "descend"
         if self.phase == "descend":
             target = cube.copy()
-            if np.linalg.norm(target - tcp) < 0.01:
+            if np.linalg.norm((cube - tcp)[:2]) > 0.03:
+                self.phase = "approach"  # the cube was pushed away (or someone else moved the arm)
+                target = cube + np.array([0.0, 0.0, APPROACH_HEIGHT])
+            elif np.linalg.norm(target - tcp) < 0.01:
                 self.phase = "close"
         if self.phase == "close":
             target, gripper = tcp.copy(), -1.0
@@ -61,6 +65,9 @@ class ScriptedPickLift:
             if self.closed_steps >= CLOSE_STEPS:
                 self.phase = "lift"
                 self.lift_from = cube[2]
+        if self.phase == "lift" and np.linalg.norm(cube - tcp) > 0.04:
+            self.reset()  # the cube is not in the hand (missed or dropped): start over, gripper open
+            return self.act(obs)
         if self.phase == "lift":
             target = np.array([cube[0], cube[1], self.lift_from + LIFT_TARGET])
             gripper = -1.0

@@ -48,6 +48,10 @@ class ChunkResult:
     # Envs whose current episode was cut by a failure outside the env (a robot that dropped): none of
     # that episode's transitions may be trained on. Sim envs never abort.
     aborted: list[int] = field(default_factory=list)
+    # [N, chunk, A] in env units: what really ran, where that may differ from the actions sent (a
+    # human took over, the robot's safety scaled it down); None: exactly what was sent (sim envs).
+    executed: np.ndarray | None = None
+    intervened: np.ndarray | None = None  # [N, chunk]: a human drove that step
 
     @property
     def done(self) -> np.ndarray:

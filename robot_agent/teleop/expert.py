@@ -6,7 +6,8 @@ controller every tick. Three modes:
 - ``always``: it drives every tick (demonstrations);
 - ``gated``: it takes over when the robot strays, for ``takeover_ticks`` ticks, then gives back
   (HG-DAgger). A tick strays when the expert wants to move (command >= ``min_command``) and the TCP
-  moved less than ``min_motion_m`` or away from that command (cosine < ``min_alignment``);
+  moved less than ``min_motion_m`` or away from that command (cosine < ``min_alignment``), or when
+  the gripper disagrees with the expert (open when it should close, closed when it should open);
   ``patience`` straying ticks in a row trigger a take-over;
 - ``advise``: it never drives, but labels every tick with its action (DAgger).
 """
@@ -30,6 +31,7 @@ class ExpertConfig:
     min_command: float = 0.2  # expert translation command (in [-1, 1] units) that counts as "wants to move"
     min_motion_m: float = 0.002  # TCP motion per tick below which the robot is not following
     min_alignment: float = 0.3  # cosine of (TCP motion, expert command) below which it goes astray
+    gripper_margin_m: float = 0.005  # finger opening below the episode's start opening that counts as closing
 
 
 class ExpertDevice(TeleopDevice):
@@ -58,14 +60,16 @@ class ExpertDevice(TeleopDevice):
 
         self.env = env
         self.spec = env.privileged_spec()
-        self.tcp = self.spec.state_slices()["tcp_pos"]
+        slices = self.spec.state_slices()
+        self.tcp, self.width = slices["tcp_pos"], slices["gripper_width"]
         self.controller = scripted_policy(self.spec)
 
     def start_episode(self) -> None:
         if self.controller is not None:
             self.controller.reset()
         self.previous_tcp: np.ndarray | None = None
-        self.previous_command: np.ndarray | None = None
+        self.previous_action: np.ndarray | None = None
+        self.open_width: float | None = None
         self.straying = 0
         self.driving_left = 0
 
@@ -74,9 +78,11 @@ class ExpertDevice(TeleopDevice):
             raise TeleopError("the expert device was polled before it was bound to a driver")
         state = self.env.privileged_state()
         action = self.controller.act({"state": state})
-        tcp = state[self.tcp]
-        takeover = self._takeover(tcp)
-        self.previous_tcp, self.previous_command = tcp, action[:3]
+        tcp, width = state[self.tcp], float(state[self.width][0])
+        if self.open_width is None:
+            self.open_width = width  # episodes start with the gripper open
+        takeover = self._takeover(tcp, width)
+        self.previous_tcp, self.previous_action = tcp, action
         motion = np.zeros(6, np.float32)
         motion[:3] = action[:3]
         if self.spec.action.dim == 7:
@@ -88,14 +94,16 @@ class ExpertDevice(TeleopDevice):
             advice=self.config.mode == "advise",
         )
 
-    def _takeover(self, tcp: np.ndarray) -> bool:
+    def _takeover(self, tcp: np.ndarray, width: float) -> bool:
         mode = self.config.mode
         if mode != "gated":
             return mode == "always"
         if self.driving_left > 0:
             self.driving_left -= 1
             return True
-        if self.previous_tcp is not None and self._strayed(tcp - self.previous_tcp, self.previous_command):
+        if self.previous_tcp is not None and self._strayed(
+            tcp - self.previous_tcp, width, self.previous_action
+        ):
             self.straying += 1
         else:
             self.straying = 0
@@ -105,7 +113,11 @@ class ExpertDevice(TeleopDevice):
             return True
         return False
 
-    def _strayed(self, moved: np.ndarray, command: np.ndarray) -> bool:
+    def _strayed(self, moved: np.ndarray, width: float, action: np.ndarray) -> bool:
+        closing = width < self.open_width - self.config.gripper_margin_m
+        if closing != bool(action[-1] < 0):
+            return True
+        command = action[:3]
         wanted = float(np.linalg.norm(command))
         if wanted < self.config.min_command:
             return False  # at a target (or closing the gripper): no direction to follow

@@ -6,6 +6,7 @@ import json
 import threading
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from tests.integration.link_harness import start_agent, wait_until
@@ -34,9 +35,27 @@ train:
 """
 
 
-def train_config(tmp_path: Path, *overrides: str):
+RLPD_YAML = """
+server: {mode: train, insecure: true, host: 127.0.0.1, port: 0}
+train:
+  config: rlpd_pick_lift
+  overrides:
+    - env.id=rlinf/FrankaReach-v0
+    - env.num_envs=1
+    - "env.kwargs={cameras: [], action_rotation: true, privileged_state: false, max_episode_steps: 8}"
+    - policy.hidden_sizes=[32]
+    - algo.critic_hidden=[32]
+    - algo.demo_episodes=0
+    - algo.batch_size=16
+    - run.total_env_steps=64
+    - run.eval_every=0
+    - run.checkpoint_every=1
+"""
+
+
+def train_config(tmp_path: Path, *overrides: str, yaml: str = SERVE_YAML):
     path = tmp_path / "serve.yaml"
-    path.write_text(SERVE_YAML)
+    path.write_text(yaml)
     return load_serve_config(
         str(path),
         [
@@ -119,3 +138,43 @@ def test_train_mode_refuses_grpo_and_a_bad_training_key(tmp_path):
     broken.write_text("server: {mode: train\n")
     with pytest.raises(ConfigError, match=r"broken\.yaml is not valid YAML"):
         load_serve_config(str(broken))
+
+
+def test_rlpd_keeps_a_humans_takeovers_on_a_robot_as_demonstrations(tmp_path):
+    """HIL-SERL's intervention buffer: every robot step a human drove joins RLPD's demo half, stored
+    with the action that really ran (the human's, after the agent's safety), not the policy's sample."""
+    from robot_agent.teleop import TeleopReading, make_teleop
+    from robot_agent.teleop.replay import write_trace
+
+    readings = ([TeleopReading()] * 2 + [TeleopReading(motion=np.array([0.0, 0.4, 0, 0, 0, 0], np.float32),
+                                                       takeover=True)] * 3) * 20  # fmt: skip
+    write_trace(tmp_path / "trace.jsonl", readings)
+    config = train_config(tmp_path, "train.min_robots=1", yaml=RLPD_YAML)
+    link, started = {}, threading.Event()
+    thread = threading.Thread(
+        target=train, args=(config, lambda s: (link.setdefault("server", s), started.set())), daemon=True
+    )
+    thread.start()
+    assert started.wait(30)
+    device = make_teleop("replay", {"path": str(tmp_path / "trace.jsonl")})
+    agent = start_agent(link["server"].port, tmp_path / "spool", robot_id="r", driver={**TWIN, "cameras": []},
+                        teleop=device)  # fmt: skip
+    try:
+        thread.join(240)
+        assert not thread.is_alive(), "training did not finish"
+    finally:
+        agent.stop()
+    run_dir = tmp_path / "serve" / "train"
+    rows = metrics(run_dir)
+    demos = np.load(latest_checkpoint(run_dir) / "demos.npz")
+    size = int(demos["size"])
+    assert size == rows[-1]["train/interventions"] > 0  # only the human's steps: no scripted demos were asked for
+    # The human pushed +y at 0.4; the agent's safety scales it to its per-step limit: the stored action
+    # is that, in the policy's [-1, 1] units, for every demo row.
+    actions = demos["action"][:size]
+    assert np.all(actions[:, 1] > 0.1) and np.allclose(actions[:, [0, 2, 3, 4, 5]], 0.0, atol=1e-5)
+    # Gripper: the human holds it open; a hand-over step moves at most max_gripper_change (1.0) from
+    # the policy's last command, so it is never below 0 there and 1 elsewhere.
+    assert np.all(actions[:, 6] >= -1e-6) and np.mean(np.isclose(actions[:, 6], 1.0)) > 0.5
+    _, _, frames = dataset(tmp_path / "ds")
+    assert int(frames["intervention"].sum()) >= size

@@ -88,3 +88,19 @@ def test_expert_refuses_a_driver_without_a_simulator_and_bad_config():
         device.poll()
     with pytest.raises(TeleopError, match="expert mode must be one of"):
         make_teleop("expert", {"mode": "sometimes"})
+
+
+def test_gated_mode_takes_over_when_the_gripper_disagrees(twin):
+    """The arm follows the expert's motion exactly but has its gripper shut from the start."""
+    device, mapper = start(twin, mode="gated", patience=3)
+    shadow = make_teleop("expert", {"mode": "always"})
+    shadow.bind(twin)
+    shadow.start_episode()
+    takeovers = []
+    for _ in range(10):
+        reading = device.poll()
+        takeovers.append(reading.takeover)
+        action = mapper.to_action(shadow.poll())
+        action[-1] = -1.0  # closed, while the expert approaches with an open hand
+        twin.apply(action)
+    assert True in takeovers and takeovers.index(True) <= 5

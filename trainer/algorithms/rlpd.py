@@ -1,6 +1,7 @@
 """RLPD: SAC with prior data. Every batch is half online replay, half demonstrations (symmetric
 sampling); critics carry LayerNorm (an ensemble of any size, whose target takes the min over a
-random pair); and the update-to-data ratio is high. Demonstrations come from the task's scripted controller.
+random pair); and the update-to-data ratio is high. Demonstrations come from the task's scripted
+controller and, on robots, from every step a human drove (HIL-SERL's intervention buffer).
 """
 
 from __future__ import annotations
@@ -40,6 +41,13 @@ class RLPD(SAC):
     def __init__(self, policy: Policy, cfg: RLPDConfig) -> None:
         super().__init__(policy, cfg)
         self.demos = ReplayBuffer(policy.spec, cfg.demo_capacity, self.cameras)
+        self.interventions = 0  # human-driven robot steps added to the demos
+
+    def iterate(self, venv: SimVectorEnv, seed: int):
+        result = super().iterate(venv, seed)
+        result.metrics["demo_size"] = float(len(self.demos))
+        result.metrics["interventions"] = float(self.interventions)
+        return result
 
     def before_iteration(self, venv: SimVectorEnv, seed: int) -> None:
         if len(self.demos) == 0 and self.cfg.demo_episodes > 0:
@@ -95,7 +103,18 @@ class RLPD(SAC):
                 if result.done.all():
                     break
 
+    def after_step(self, obs: dict, actions: np.ndarray, result, next_obs: dict, played: np.ndarray) -> None:
+        """A human's takeover on a robot is a demonstration too (HIL-SERL): it joins the demo half."""
+        if result.intervened is None:
+            return
+        human = played[result.intervened[played, 0]]
+        if len(human):
+            self.demos.add(obs, actions, result.rewards[:, 0], result.terminated[:, 0], next_obs, rows=human)
+            self.interventions += len(human)
+
     def sample_batch(self) -> dict:
+        if len(self.demos) == 0:
+            return self.buffer.sample(self.cfg.batch_size)
         if len(self.buffer) == 0:
             return self.demos.sample(self.cfg.batch_size)
         half = self.cfg.batch_size // 2

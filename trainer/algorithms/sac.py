@@ -104,10 +104,11 @@ class SAC:
             unit_actions = self.explore(obs)
             result = venv.chunk_step(self.policy.to_env_units(unit_actions).numpy()[:, None, :])
             played = np.flatnonzero(result.valid[:, 0])  # a dead robot slot plays nothing
+            actions, next_obs = self.executed_units(result, unit_actions.numpy()), result.next_obs()
             written = self.buffer.add(
-                obs, unit_actions.numpy(), result.rewards[:, 0], result.terminated[:, 0], result.next_obs(),
-                rows=played,
-            )  # fmt: skip
+                obs, actions, result.rewards[:, 0], result.terminated[:, 0], next_obs, rows=played
+            )
+            self.after_step(obs, actions, result, next_obs, played)
             for env, row in zip(played, written):
                 episode_rows[env].append(int(row))
             for env in result.aborted:  # a robot dropped: its whole episode is unusable
@@ -129,6 +130,18 @@ class SAC:
 
     def before_iteration(self, venv: SimVectorEnv, seed: int) -> None:
         """Hook for subclasses (RLPD loads its demonstrations here)."""
+
+    def after_step(self, obs: dict, actions: np.ndarray, result, next_obs: dict, played: np.ndarray) -> None:
+        """Hook for subclasses (RLPD keeps human interventions as demonstrations)."""
+
+    def executed_units(self, result, unit_actions: np.ndarray) -> np.ndarray:
+        """The actions that really ran, in [-1, 1]: a robot's human takeover or safety scaling replaces
+        the policy's sample, so the transition stored is the one that happened."""
+        if result.executed is None:
+            return unit_actions
+        low, high = self.policy.spec.action.low_array(), self.policy.spec.action.high_array()
+        executed = np.clip(2.0 * (result.executed[:, 0] - low) / (high - low) - 1.0, -1.0, 1.0)
+        return executed.astype(np.float32)
 
     @torch.no_grad()
     def explore(self, obs: dict) -> torch.Tensor:

@@ -49,6 +49,8 @@ class _RobotChunk:
     truncated: np.ndarray
     success: np.ndarray
     valid: np.ndarray
+    executed: np.ndarray  # [chunk, A]: what the robot ran (the human's action, after its safety)
+    intervened: np.ndarray
     final_obs: dict[str, Any] | None = None
     finished: EpisodeSummary | None = None
     aborted: bool = False
@@ -183,6 +185,10 @@ class EnvPool:
             final_obs=[*sim.final_obs, *[r.final_obs for r in robot]],
             finished=finished,
             aborted=[*sim.aborted, *[n_sim + j for j, r in enumerate(robot) if r.aborted]],
+            executed=np.concatenate([actions[:n_sim], *[r.executed[None] for r in robot]]),
+            intervened=np.concatenate(
+                [np.zeros(sim.valid.shape, bool), *[r.intervened[None] for r in robot]]
+            ),
         )
 
     # -- robots ---------------------------------------------------------------------------------
@@ -206,6 +212,8 @@ class EnvPool:
             truncated=np.zeros(chunk, bool),
             success=np.zeros(chunk, bool),
             valid=np.zeros(chunk, bool),
+            executed=np.array(actions, np.float32),
+            intervened=np.zeros(chunk, bool),
         )
         if slot.obs is None:  # dead for the rest of this iteration
             return out
@@ -221,6 +229,9 @@ class EnvPool:
         for k, observation in enumerate(outcome.observations):
             transition = observation.transition
             out.rewards[k], out.success[k], out.valid[k] = transition.reward, transition.success, True
+            out.intervened[k] = transition.intervened
+            if len(transition.executed_action) == self.spec.action.dim:
+                out.executed[k] = transition.executed_action
         slot.episode_return += float(out.rewards.sum())
         slot.episode_length += played
         if played:
