@@ -168,7 +168,8 @@ def test_rlpd_keeps_a_humans_takeovers_on_a_robot_as_demonstrations(tmp_path):
     rows = metrics(run_dir)
     demos = np.load(latest_checkpoint(run_dir) / "demos.npz")
     size = int(demos["size"])
-    assert size == rows[-1]["train/interventions"] > 0  # only the human's steps: no scripted demos were asked for
+    # Only the human's steps: no scripted demos were asked for.
+    assert size == rows[-1]["train/interventions"] > 0
     # The human pushed +y at 0.4; the agent's safety scales it to its per-step limit: the stored action
     # is that, in the policy's [-1, 1] units, for every demo row.
     actions = demos["action"][:size]
