@@ -37,7 +37,7 @@ class LocalDataset:
             import pyarrow  # noqa: F401
         except ImportError as exc:
             raise ImportError(
-                f"local recording needs pyarrow, pandas and av ({exc.name} is missing): pip install .[robot]"
+                f"local recording needs pyarrow, pandas and av ({exc.name} is missing): pip install '.[robot,record]'"
             ) from None
         self.root, self.spool, self.spec, self.robot_id = Path(root), spool, spec, robot_id
         fps = spec.control_hz

@@ -10,7 +10,12 @@ import pytest
 ROOT = Path(__file__).resolve().parents[1]
 FORBIDDEN = ("torch", "ray", "trainer", "policies")
 # A robot PC has no simulator: robot_agent reaches sim_envs only inside the sim-twin driver, lazily.
-FORBIDDEN_AT_IMPORT = {"robot_agent": (*FORBIDDEN, "sim_envs", "mujoco", "gymnasium"), "protos": FORBIDDEN}
+# Recording libraries (the .[record] extra) load only when a dataset is written.
+RECORDING = ("pyarrow", "pandas", "av")
+FORBIDDEN_AT_IMPORT = {
+    "robot_agent": (*FORBIDDEN, *RECORDING, "sim_envs", "mujoco", "gymnasium"),
+    "protos": (*FORBIDDEN, *RECORDING),
+}
 
 
 def test_import_linter_contracts_hold():
