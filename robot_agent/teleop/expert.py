@@ -5,10 +5,12 @@ controller every tick. Three modes:
 
 - ``always``: it drives every tick (demonstrations);
 - ``gated``: it takes over when the robot strays, for ``takeover_ticks`` ticks, then gives back
-  (HG-DAgger). A tick strays when the expert wants to move (command >= ``min_command``) and the TCP
-  moved less than ``min_motion_m`` or away from that command (cosine < ``min_alignment``), or when
-  the gripper disagrees with the expert (open when it should close, closed when it should open);
-  ``patience`` straying ticks in a row trigger a take-over;
+  (HG-DAgger). A tick strays when the gripper disagrees with the expert (open when it should close,
+  closed when it should open), when the TCP moved away from the expert's command (cosine below
+  ``min_alignment``, judged for commands >= ``min_command``), or when it stalls (moved less than
+  ``min_motion_m``) while the expert wants a long move (command >= ``stall_command``): a robot that
+  slows down near its target is not straying. ``patience`` straying ticks in a row trigger a
+  take-over. While the task is in its success state the expert watches and never steps in;
 - ``advise``: it never drives, but labels every tick with its action (DAgger).
 """
 
@@ -29,7 +31,8 @@ class ExpertConfig:
     patience: int = 3
     takeover_ticks: int = 8
     min_command: float = 0.2  # expert translation command (in [-1, 1] units) that counts as "wants to move"
-    min_motion_m: float = 0.002  # TCP motion per tick below which the robot is not following
+    min_motion_m: float = 0.002  # TCP motion per tick below which the robot stands still
+    stall_command: float = 0.5  # standing still strays only when the expert wants to move at least this much
     min_alignment: float = 0.3  # cosine of (TCP motion, expert command) below which it goes astray
     gripper_margin_m: float = 0.005  # finger opening below the episode's start opening that counts as closing
 
@@ -101,6 +104,9 @@ class ExpertDevice(TeleopDevice):
         if self.driving_left > 0:
             self.driving_left -= 1
             return True
+        if self.env.task.evaluate(self.env.scene).success:
+            self.straying = 0  # the task is done as it stands: nothing to correct
+            return False
         if self.previous_tcp is not None and self._strayed(
             tcp - self.previous_tcp, width, self.previous_action
         ):
@@ -123,5 +129,5 @@ class ExpertDevice(TeleopDevice):
             return False  # at a target (or closing the gripper): no direction to follow
         distance = float(np.linalg.norm(moved))
         if distance < self.config.min_motion_m:
-            return True
+            return wanted >= self.config.stall_command
         return float(moved @ command) / (distance * wanted) < self.config.min_alignment
