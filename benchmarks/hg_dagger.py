@@ -212,14 +212,11 @@ def plot(result: dict, path: Path) -> None:
     fig, ax = plt.subplots(figsize=(6, 4))
     ax.plot([0, *rounds], [result["bc_start"]["success_rate"], *[r["eval_success_rate"] for r in result["rounds"]]],
             "o-", label="held-out success (no help)")  # fmt: skip
-    ax.plot(
-        rounds,
-        [r["intervention_rate"] for r in result["rounds"]],
-        "s--",
-        label="intervention rate (in round)",
-    )
+    # Round r's episodes were driven by the policy before round r's fit: policy r on this axis.
+    ax.plot([r - 1 for r in rounds], [r["intervention_rate"] for r in result["rounds"]], "s--",
+            label="intervention rate while it drove")  # fmt: skip
     ax.axhline(result["bc_matched"]["success_rate"], color="grey", ls=":", label="BC, matched expert frames")
-    ax.set_xlabel("HG-DAgger round (0 = BC-only start)")
+    ax.set_xlabel("policy after N HG-DAgger rounds (0 = BC-only start)")
     ax.set_ylim(-0.05, 1.05)
     ax.legend()
     ax.set_title("HG-DAgger on FrankaPickLift (sim twin)")
