@@ -27,12 +27,11 @@ def test_unknown_env_is_a_one_line_error(tmp_path):
     assert "Traceback" not in result.stderr
 
 
-def test_stub_commands_say_not_yet():
-    for script, args in [
-        ("rlinf-robot", ["teleop"]),
-    ]:
-        result = run_cli(script, *args)
-        assert result.returncode == 2 and "not yet" in result.stderr
+def test_robot_teleop_is_a_real_command_with_required_flags():
+    result = run_cli("rlinf-robot", "teleop")
+    assert result.returncode == 2 and "--robot" in result.stderr and "Traceback" not in result.stderr
+    result = run_cli("rlinf-robot", "teleop", "--help")
+    assert result.returncode == 0 and "--record-dir" in result.stdout
 
 
 def test_train_bad_input_is_one_line(tmp_path):
