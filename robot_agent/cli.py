@@ -167,13 +167,16 @@ def teleop(args: argparse.Namespace) -> int:
     if args.episodes < 0:
         print("rlinf-robot: --episodes must be >= 0", file=sys.stderr)
         return 2
+    device = driver = None
     try:
         file_data = load_config_file(args.robot_config) if args.robot_config else {}
         config = agent_config_from_args(args, file_data)
-        device = teleop_from(args, file_data)
-        if device is None:
+        if not (args.teleop or file_data.get("teleop", {}).get("kind")):
             raise AgentConfigError("teleop needs a device: --teleop spacemouse|keyboard|replay|expert")
         driver = make_driver(args.robot, file_data.get("driver", {}))
+        device = teleop_from(
+            args, file_data
+        )  # after the driver: a failed start leaves no terminal in raw mode
         spool = EpisodeSpool(Path(config.spool_dir).expanduser() / f"{config.robot_id}-teleop")
         dataset = LocalDataset(args.record_dir, spool, driver.spec, config.robot_id, args.video_codec)
         stop = threading.Event()
@@ -188,11 +191,17 @@ def teleop(args: argparse.Namespace) -> int:
             driver, config, spool, dataset, device, args.episodes, args.seed, on_episode=report
         )
     except (AgentConfigError, UnknownDriverError, TeleopError, ImportError, ValueError, OSError) as exc:
+        for opened in (device, driver):
+            if opened is not None:
+                opened.close()
         print(f"rlinf-robot: {exc}", file=sys.stderr)
         return 2
     previous = {sig: signal.signal(sig, lambda *_: stop.set()) for sig in (signal.SIGINT, signal.SIGTERM)}
     try:
         session.run(stop)
+    except RuntimeError as exc:  # the control loop died; what was recorded stays recorded
+        print(f"rlinf-robot: {exc}", file=sys.stderr)
+        return 1
     finally:
         device.close()
         for sig, handler in previous.items():
