@@ -11,6 +11,7 @@ import pytest
 import ray
 
 from trainer.configs import ConfigError, load_config
+from trainer.distributed.session import start_local_ray
 from trainer.runner import Runner
 
 pytestmark = pytest.mark.slow
@@ -23,7 +24,7 @@ TINY = [
 
 @pytest.fixture(scope="module")
 def local_ray():
-    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
+    start_local_ray(num_cpus=2)
     yield
     ray.shutdown()
 

@@ -22,11 +22,27 @@ def ensure_ray(cluster: ClusterConfig) -> None:
         if cluster.ray_address:
             ray.init(address=cluster.ray_address, log_to_driver=False)
         else:
-            ray.init(num_cpus=cluster.num_cpus or None, include_dashboard=False, log_to_driver=False)
+            start_local_ray(cluster.num_cpus or None)
     except ConnectionError as exc:
         raise ConfigError(
             f"cluster.ray_address={cluster.ray_address!r}: cannot join the Ray cluster ({exc})"
         ) from None
+
+
+def start_local_ray(num_cpus: int | None, attempts: int = 2) -> None:
+    """``ray.init`` of a local cluster, tried again if its raylet does not register within Ray's 30 s
+    (seen once on a loaded 2-core VM: Ray's own startup timeout, not a config error)."""
+    import ray
+
+    for attempt in range(1, attempts + 1):
+        try:
+            ray.init(num_cpus=num_cpus, include_dashboard=False, log_to_driver=False)
+            return
+        except Exception as exc:
+            if "timed out during startup" not in str(exc) or attempt == attempts:
+                raise
+            log.warning("local Ray did not start (%s); trying again", exc)
+            ray.shutdown()
 
 
 def local_cores() -> list[int] | None:
