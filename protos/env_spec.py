@@ -74,6 +74,11 @@ class ActionSpace:
     def high_array(self) -> np.ndarray:
         return np.asarray(self.high, dtype=np.float32)
 
+    def to_unit(self, actions: np.ndarray) -> np.ndarray:
+        """Actions in the env's bounds -> [-1, 1] (the policies' units), clipped."""
+        low, high = self.low_array(), self.high_array()
+        return np.clip(2.0 * (np.asarray(actions) - low) / (high - low) - 1.0, -1.0, 1.0).astype(np.float32)
+
 
 @dataclass(frozen=True)
 class EnvSpec:

@@ -7,7 +7,6 @@ the dataset and only deletes it. Episodes the spool closed after a crash are rec
 
 from __future__ import annotations
 
-import json
 import logging
 from pathlib import Path
 
@@ -40,15 +39,10 @@ class LocalDataset:
                 f"local recording needs pyarrow, pandas and av ({exc.name} is missing): pip install '.[robot,record]'"
             ) from None
         self.root, self.spool, self.spec, self.robot_id = Path(root), spool, spec, robot_id
-        fps = spec.control_hz
-        info = self.root / "meta" / "info.json"
-        if info.exists():
-            fps = float(json.loads(info.read_text())["fps"])
-            if abs(fps - spec.control_hz) > 1e-6:
-                raise ValueError(
-                    f"dataset {self.root} was recorded at {fps:g} fps; this robot runs at {spec.control_hz:g} Hz"
-                )
-        self.writer = LeRobotWriter(self.root, fps=fps, robot_type=robot_id, video_codec=video_codec)
+        # Reopening checks the dataset's fps against this robot's rate (a DatasetError, a ValueError).
+        self.writer = LeRobotWriter(
+            self.root, fps=spec.control_hz, robot_type=robot_id, video_codec=video_codec
+        )
 
     def store(self, episode_id: str) -> pb.EpisodeEvent:
         """Record one finished spooled episode (if it has steps) and drop it from the spool."""

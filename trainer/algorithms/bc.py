@@ -81,9 +81,8 @@ class Regression:
                 f"the dataset has state {states.shape[1]} / action {actions.shape[1]}, "
                 f"the env has state {spec.state_dim} / action {spec.action.dim}"
             )
-        low, high = spec.action.low_array(), spec.action.high_array()
         self.states = torch.as_tensor(states)
-        self.targets = torch.as_tensor(np.clip(2.0 * (actions - low) / (high - low) - 1.0, -1.0, 1.0))
+        self.targets = torch.as_tensor(spec.action.to_unit(actions))
         self.policy.update_normalizers({"state": self.states})
 
     def fit(self, updates: int) -> float:

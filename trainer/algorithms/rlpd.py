@@ -80,7 +80,6 @@ class RLPD(SAC):
 
     def _play_demos(self, venv: SimVectorEnv, state_dim: int) -> None:
         controllers = [scripted_policy(venv.spec) for _ in range(venv.num_envs)]
-        low, high = venv.spec.action.low_array(), venv.spec.action.high_array()
         visible = lambda o: {**o, "state": o["state"][:, :state_dim]}  # noqa: E731
         for round_start in range(0, self.cfg.demo_episodes, venv.num_envs):
             obs, _ = venv.reset(seed=DEMO_SEED_OFFSET + round_start)
@@ -91,7 +90,7 @@ class RLPD(SAC):
                 env_actions = env_actions.astype(np.float32)
                 result = venv.chunk_step(env_actions[:, None, :])
                 next_obs = result.next_obs()
-                unit_actions = 2.0 * (env_actions - low) / (high - low) - 1.0
+                unit_actions = venv.spec.action.to_unit(env_actions)
                 self.demos.add(
                     visible(obs),
                     unit_actions,

@@ -139,9 +139,7 @@ class SAC:
         the policy's sample, so the transition stored is the one that happened."""
         if result.executed is None:
             return unit_actions
-        low, high = self.policy.spec.action.low_array(), self.policy.spec.action.high_array()
-        executed = np.clip(2.0 * (result.executed[:, 0] - low) / (high - low) - 1.0, -1.0, 1.0)
-        return executed.astype(np.float32)
+        return self.policy.spec.action.to_unit(result.executed[:, 0])
 
     @torch.no_grad()
     def explore(self, obs: dict) -> torch.Tensor:
