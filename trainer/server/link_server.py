@@ -197,6 +197,15 @@ class _Servicer(pb_grpc.RobotLinkServicer):
                 message = await session.outbox.get()
                 if message is None:
                     break
+                size = message.ByteSize()
+                if size > server.config.max_message_bytes:
+                    # End the stream with a status the agent reads, rather than let grpc fail the send.
+                    log.error("robot %s: a %d-byte message exceeds the link limit", session.robot_id, size)
+                    await context.abort(
+                        grpc.StatusCode.RESOURCE_EXHAUSTED,
+                        f"trainer message of {size} bytes exceeds the link limit "
+                        f"of {server.config.max_message_bytes}",
+                    )
                 yield message
         finally:
             reader.cancel()
@@ -211,8 +220,8 @@ class _Servicer(pb_grpc.RobotLinkServicer):
                 if session.state == "disconnected":
                     break
                 await self._dispatch(message, session, assembler)
-        except (grpc.aio.AioRpcError, asyncio.CancelledError):
-            pass
+        except (grpc.aio.AioRpcError, grpc.aio.AbortError, asyncio.CancelledError):
+            pass  # the stream ended, or the writer side aborted it
         except Exception as exc:  # a malformed message ends this robot's session, never the server
             log.warning("robot %s sent a bad message: %s", session.robot_id, exc)
         finally:
