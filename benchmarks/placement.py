@@ -73,14 +73,14 @@ def run_ray(mode: str, config, ppo_cfg, iterations: int, pin: bool = True) -> di
     import ray
 
     from trainer.distributed.placement import plan_placement
-    from trainer.distributed.ppo_pipeline import RayPPO
+    from trainer.distributed.on_policy import RayOnPolicy
     from trainer.distributed.session import local_cores
 
     plan = plan_placement(
         ClusterConfig(placement=mode, pin_cpus=pin), ray.cluster_resources(), cores=local_cores()
     )
     policy = make_policy(sim_envs.make(config.env.id, **config.env.kwargs).env_spec, config.policy)
-    trainer = RayPPO(plan, config, policy, ppo_cfg)
+    trainer = RayOnPolicy(plan, config, policy, ppo_cfg)
     try:
         trainer.iterate(None, 0)  # warm-up
         trainer.flush()

@@ -1,4 +1,6 @@
-"""PPO on a real local Ray cluster in every placement mode: metrics, worker death, bad configs."""
+"""PPO on a real local Ray cluster in every placement mode: metrics, worker death, bad configs.
+
+The ``local_ray`` fixture (one Ray for the session) is in ``conftest.py``."""
 
 from __future__ import annotations
 
@@ -11,7 +13,6 @@ import pytest
 import ray
 
 from trainer.configs import ConfigError, load_config
-from trainer.distributed.session import start_local_ray
 from trainer.runner import Runner
 
 pytestmark = pytest.mark.slow
@@ -20,13 +21,6 @@ TINY = [
     "env.kwargs={cameras: [], action_rotation: false, max_episode_steps: 10}", "policy.hidden_sizes=[32]",
     "run.eval_every=0", "run.checkpoint_every=2", "algo.update_epochs=2", "algo.num_minibatches=2",
 ]  # fmt: skip
-
-
-@pytest.fixture(scope="module")
-def local_ray():
-    start_local_ray(num_cpus=2)
-    yield
-    ray.shutdown()
 
 
 def run(tmp_path: Path, placement: str, *overrides: str) -> list[dict]:
@@ -90,8 +84,8 @@ def test_a_killed_env_worker_is_restarted_and_the_iteration_retried(tmp_path, lo
         (["cluster.placement=hybrid", "cluster.bundles=[{CPU: 2}, {CPU: 2}]"], "needs 4 CPU, the Ray cluster has 2"),
         (["cluster.placement=disaggregated", "cluster.bundles=[{CPU: 1}, {GPU: 1}, {CPU: 0.5}]"],
          "needs 1 GPU, the Ray cluster has 0"),
-        (["cluster.placement=collocated", "algorithm=sac", "policy.head=tanh_gaussian", "policy.value_head=false"],
-         "runs PPO on Ray workers"),
+        (["cluster.placement=collocated", "algorithm=bc", "policy.value_head=false"],
+         "runs ppo, grpo, sac, rlpd on Ray workers; 'bc' runs with cluster.placement=sequential"),
     ],
 )  # fmt: skip
 def test_bad_placements_fail_at_start_with_a_clear_message(tmp_path, local_ray, overrides, message):

@@ -8,6 +8,7 @@ policy takes clipped-ratio steps on it. No value function is learned.
 
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass
 
 import numpy as np
@@ -48,16 +49,24 @@ class GRPO:
         self.policy, self.cfg = policy, cfg
         self.optimizer = torch.optim.Adam(policy.parameters(), lr=cfg.learning_rate, eps=1e-5)
 
-    def iterate(self, venv: SimVectorEnv, seed: int) -> IterationResult:
-        groups, rest = divmod(venv.num_envs, self.cfg.group_size)
+    @staticmethod
+    def reset_seeds(cfg: GRPOConfig, seed: int, num_envs: int) -> list[int]:
+        """Env ``i`` resets from ``seed + i // group_size``: a group's rollouts share a start."""
+        groups, rest = divmod(num_envs, cfg.group_size)
         if rest or groups == 0:
             raise ValueError(
-                f"env.num_envs ({venv.num_envs}) must be a multiple of algo.group_size ({self.cfg.group_size})"
+                f"env.num_envs ({num_envs}) must be a multiple of algo.group_size ({cfg.group_size})"
             )
-        seeds = [seed + i // self.cfg.group_size for i in range(venv.num_envs)]
+        return [seed + i // cfg.group_size for i in range(num_envs)]
+
+    def iterate(self, venv: SimVectorEnv, seed: int) -> IterationResult:
+        tick = time.perf_counter()
+        seeds = self.reset_seeds(self.cfg, seed, venv.num_envs)
         steps = decisions_per_episode(venv, self.policy)
         batch = collect_on_policy(venv, self.policy, seed, steps, policy_cameras(self.policy), seeds=seeds)
-        metrics = self.update(batch, groups)
+        collect_s = time.perf_counter() - tick
+        metrics = self.update(batch)
+        metrics.update(collect_s=collect_s, policy_lag=0.0)
         return IterationResult(batch.env_steps, batch.finished, metrics)
 
     def first_episode_mask(self, batch: OnPolicyBatch) -> torch.Tensor:
@@ -72,8 +81,9 @@ class GRPO:
         advantages = (grouped - grouped.mean(1, keepdim=True)) / (grouped.std(1, keepdim=True) + 1e-6)
         return advantages.reshape(-1), mask
 
-    def update(self, batch: OnPolicyBatch, groups: int) -> dict[str, float]:
+    def update(self, batch: OnPolicyBatch) -> dict[str, float]:
         cfg, policy = self.cfg, self.policy
+        groups = batch.rewards.shape[1] // cfg.group_size
         episode_adv, mask = self.group_advantages(batch, groups)
         advantages = (episode_adv.unsqueeze(0) * mask).flatten()
         keep = mask.flatten() > 0

@@ -43,11 +43,12 @@ class RLPD(SAC):
         self.demos = ReplayBuffer(policy.spec, cfg.demo_capacity, self.cameras)
         self.interventions = 0  # human-driven robot steps added to the demos
 
-    def iterate(self, venv: SimVectorEnv, seed: int):
-        result = super().iterate(venv, seed)
-        result.metrics["demo_size"] = float(len(self.demos))
-        result.metrics["interventions"] = float(self.interventions)
-        return result
+    def buffer_metrics(self) -> dict[str, float]:
+        return {
+            **super().buffer_metrics(),
+            "demo_size": float(len(self.demos)),
+            "interventions": float(self.interventions),
+        }
 
     def before_iteration(self, venv: SimVectorEnv, seed: int) -> None:
         if len(self.demos) == 0 and self.cfg.demo_episodes > 0:

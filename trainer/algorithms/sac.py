@@ -42,6 +42,11 @@ class SACConfig:
     image_shift: int = 4  # DrQ random shift in pixels, 0 disables
 
 
+def mean_stats(stats: list[dict[str, float]]) -> dict[str, float]:
+    """Each key's mean over the updates of an iteration (empty before learning starts)."""
+    return {k: float(np.mean([s[k] for s in stats])) for k in stats[0]} if stats else {}
+
+
 def random_shift(images: torch.Tensor, pad: int, generator: torch.Generator | None = None) -> torch.Tensor:
     """Pad by replicating edges, then crop back at a random offset per image ([B, H, W, 3] uint8)."""
     if pad <= 0:
@@ -103,30 +108,38 @@ class SAC:
         for _ in range(decisions_per_episode(venv, self.policy)):
             unit_actions = self.explore(obs)
             result = venv.chunk_step(self.policy.to_env_units(unit_actions).numpy()[:, None, :])
-            played = np.flatnonzero(result.valid[:, 0])  # a dead robot slot plays nothing
-            actions, next_obs = self.executed_units(result, unit_actions.numpy()), result.next_obs()
-            written = self.buffer.add(
-                obs, actions, result.rewards[:, 0], result.terminated[:, 0], next_obs, rows=played
-            )
-            self.after_step(obs, actions, result, next_obs, played)
-            for env, row in zip(played, written):
-                episode_rows[env].append(int(row))
-            for env in result.aborted:  # a robot dropped: its whole episode is unusable
-                self.buffer.discard(episode_rows[env])
-            for env in [*np.flatnonzero(result.done), *result.aborted]:
-                episode_rows[env] = []
-            self.env_steps += len(played)
-            steps += len(played)
+            steps += self.observe(obs, unit_actions.numpy(), result, episode_rows)
             finished.extend(result.finished)
             obs = result.obs
-            if self.env_steps >= self.cfg.learning_starts:
-                self.pending_updates += len(played) * self.cfg.utd_ratio
-                while self.pending_updates >= 1.0:
-                    stats.append(self.update())
-                    self.pending_updates -= 1.0
-        metrics = {k: float(np.mean([s[k] for s in stats])) for k in stats[0]} if stats else {}
-        metrics["buffer_size"] = float(len(self.buffer))
+            while self.pending_updates >= 1.0:
+                stats.append(self.update())
+                self.pending_updates -= 1.0
+        metrics = {**mean_stats(stats), **self.buffer_metrics(), "policy_lag": 0.0}
         return IterationResult(steps, finished, metrics)
+
+    def buffer_metrics(self) -> dict[str, float]:
+        return {"buffer_size": float(len(self.buffer))}
+
+    def observe(self, obs: dict, unit_actions: np.ndarray, result, episode_rows: list[list[int]]) -> int:
+        """Store one vector step's transitions and owe ``utd_ratio`` updates per env step (once
+        learning has started). ``episode_rows`` tracks each env's rows of its running episode, so a
+        robot episode that was aborted can be dropped. Returns the env steps played."""
+        played = np.flatnonzero(result.valid[:, 0])  # a dead robot slot plays nothing
+        actions, next_obs = self.executed_units(result, unit_actions), result.next_obs()
+        written = self.buffer.add(
+            obs, actions, result.rewards[:, 0], result.terminated[:, 0], next_obs, rows=played
+        )
+        self.after_step(obs, actions, result, next_obs, played)
+        for env, row in zip(played, written):
+            episode_rows[env].append(int(row))
+        for env in result.aborted:  # a robot dropped: its whole episode is unusable
+            self.buffer.discard(episode_rows[env])
+        for env in [*np.flatnonzero(result.done), *result.aborted]:
+            episode_rows[env] = []
+        self.env_steps += len(played)
+        if self.env_steps >= self.cfg.learning_starts:
+            self.pending_updates += len(played) * self.cfg.utd_ratio
+        return len(played)
 
     def before_iteration(self, venv: SimVectorEnv, seed: int) -> None:
         """Hook for subclasses (RLPD loads its demonstrations here)."""

@@ -25,6 +25,7 @@ class ClusterConfig:
     num_cpus: int = 0  # a local Ray's CPUs (0: every core)
     pipeline_stages: int = 2  # env groups that step while inference runs on another
     policy_lag: int = 1  # pipelined modes: versions the rollout may trail the actor (0 or 1)
+    sync_every: int = 4  # off-policy, pipelined: decisions between weight syncs to the rollout worker
     bundles: list[dict[str, float]] = field(default_factory=list)  # resource sets, e.g. [{CPU: 1}, {GPU: 1}]
     roles: dict[str, int] = field(default_factory=dict)  # hybrid: role -> bundle index
     profile_iterations: int = 2  # auto: timed iterations per candidate (after one warm-up)

@@ -80,6 +80,8 @@ def plan_placement(
         raise ConfigError(f"cluster.pipeline_stages must be >= 1, got {config.pipeline_stages}")
     if config.policy_lag not in (0, 1):
         raise ConfigError(f"cluster.policy_lag must be 0 or 1, got {config.policy_lag}")
+    if config.sync_every < 1:
+        raise ConfigError(f"cluster.sync_every must be >= 1, got {config.sync_every}")
     cpus = float(available.get("CPU", 0))
     if mode == "collocated":
         bundles = tuple(config.bundles[:1]) or ({"CPU": cpus},)

@@ -10,6 +10,8 @@ from trainer.distributed.config import ClusterConfig
 
 log = logging.getLogger(__name__)
 AUTO_CANDIDATES = ("collocated", "disaggregated", "hybrid")
+OFF_POLICY = ("sac", "rlpd")
+RAY_ALGORITHMS = ("ppo", "grpo", *OFF_POLICY)
 
 
 def ensure_ray(cluster: ClusterConfig) -> None:
@@ -57,35 +59,40 @@ def local_cores() -> list[int] | None:
     return sorted(os.sched_getaffinity(0))
 
 
-def build_distributed(config, policy, ppo_config, mode: str | None = None):
-    """A :class:`~trainer.distributed.ppo_pipeline.RayPPO` for ``config`` (placement resolved here)."""
+def build_distributed(config, policy, algo_config, mode: str | None = None):
+    """Ray workers for ``config``: :class:`~trainer.distributed.on_policy.RayOnPolicy` (PPO, GRPO) or
+    :class:`~trainer.distributed.off_policy.RayOffPolicy` (SAC, RLPD); placement resolved here."""
     import ray
 
+    from trainer.distributed.on_policy import RayOnPolicy
     from trainer.distributed.placement import plan_placement
-    from trainer.distributed.ppo_pipeline import RayPPO
 
-    if config.algorithm != "ppo":
+    if config.algorithm not in RAY_ALGORITHMS:
         raise ConfigError(
-            f"cluster.placement={config.cluster.placement} runs PPO on Ray workers; {config.algorithm!r} runs "
-            "with cluster.placement=sequential"
+            f"cluster.placement={config.cluster.placement} runs {', '.join(RAY_ALGORITHMS)} on Ray workers; "
+            f"{config.algorithm!r} runs with cluster.placement=sequential"
         )
     ensure_ray(config.cluster)
     mode = mode or config.cluster.placement
     if mode == "auto":
-        mode = choose_placement(config, policy, ppo_config)
+        mode = choose_placement(config, policy, algo_config)
     plan = plan_placement(config.cluster, ray.cluster_resources(), mode, local_cores())
     log.info("placement %s: bundles %s, roles %s, %d stages, policy lag %d", plan.mode, list(plan.bundles),
              plan.role_bundle, plan.pipeline_stages, plan.policy_lag)  # fmt: skip
-    return RayPPO(plan, config, policy, ppo_config)
+    if config.algorithm in OFF_POLICY:
+        from trainer.distributed.off_policy import RayOffPolicy
+
+        return RayOffPolicy(plan, config, policy, algo_config)
+    return RayOnPolicy(plan, config, policy, algo_config)
 
 
-def choose_placement(config, policy, ppo_config) -> str:
+def choose_placement(config, policy, algo_config) -> str:
     """Profile each candidate for a few iterations (after a warm-up); the fastest wins."""
     import copy
 
     rates: dict[str, float] = {}
     for mode in AUTO_CANDIDATES:
-        trainer = build_distributed(config, copy.deepcopy(policy), ppo_config, mode=mode)
+        trainer = build_distributed(config, copy.deepcopy(policy), algo_config, mode=mode)
         try:
             trainer.iterate(None, 0)
             trainer.flush()

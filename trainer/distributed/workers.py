@@ -1,4 +1,5 @@
-"""The three worker roles. Plain classes; :mod:`trainer.distributed.ppo_pipeline` makes them Ray actors.
+"""The worker roles. Plain classes; :mod:`trainer.distributed.on_policy` and
+:mod:`trainer.distributed.off_policy` make them Ray actors.
 
 Each keeps the seconds it spent working, so the loop can report a per-phase time breakdown.
 """
@@ -7,8 +8,10 @@ from __future__ import annotations
 
 import os
 import time
+from dataclasses import dataclass
 from typing import Any
 
+import numpy as np
 import torch
 
 from protos import EnvSpec
@@ -44,6 +47,17 @@ def _settle(cpus: float, cores: tuple[int, ...] | None, threads: int | None = No
     torch.set_num_threads(threads or (len(cores) if cores else max(1, int(cpus))))
 
 
+@dataclass
+class Decision:
+    """The rollout worker's reply for one stage: what its envs play, and what the learner needs."""
+
+    env_actions: np.ndarray  # [N, chunk, A] in env units
+    version: int  # the weights version that chose them
+    output: Any = None  # on-policy: the PolicyOutput (samples, log-probs, values)
+    bootstrap: torch.Tensor | None = None  # on-policy: V(final obs) of the previous step's truncations
+    unit_actions: np.ndarray | None = None  # off-policy: the actions in [-1, 1], as stored in replay
+
+
 class EnvWorker:
     """One pipeline stage: a group of sim envs stepped in this process."""
 
@@ -54,16 +68,16 @@ class EnvWorker:
         self.venv = sim_envs.make_vector(env_id, num_envs, backend="inline", **env_kwargs)
         self.clock = Stopwatch()
 
-    def reset(self, seed: int):
+    def reset(self, seed: int, seeds: list[int] | None = None):
+        """Env ``i`` resets from ``seed + i``, or from ``seeds[i]`` (GRPO's shared group seeds)."""
         with self.clock:
-            obs, _ = self.venv.reset(seed=seed)
+            obs, _ = self.venv.reset(seed=seed, seeds=seeds)
         return obs
 
-    def step(self, act):
-        """Play the actions of ``act`` (the rollout worker's reply) for every env of this stage."""
-        out, _, _ = act
+    def step(self, decision: Decision):
+        """Play the rollout worker's decision for every env of this stage."""
         with self.clock:
-            result = self.venv.chunk_step(out.actions.numpy())
+            result = self.venv.chunk_step(decision.env_actions)
         return result
 
     def busy(self) -> dict[str, float]:
@@ -89,18 +103,32 @@ class RolloutWorker:
         self.version = version
         return version
 
-    @torch.no_grad()
-    def act(self, previous):
-        """Act on a reset's observation, or on the last step's result (its ``obs``).
+    def load_weights(self, versioned: tuple[dict, int]) -> int:
+        """``set_weights`` on the (weights, version) pair a learner's ``weights`` call returns."""
+        return self.set_weights(*versioned)
 
-        Returns (policy output, V(final obs) bootstraps of ``previous`` if it was a step, version).
-        """
+    @torch.no_grad()
+    def act(self, previous) -> Decision:
+        """On-policy: sample on a reset's observation, or on the last step's result (its ``obs``);
+        with V(final obs) bootstraps of ``previous`` if it was a step."""
         with self.clock:
             is_step = not isinstance(previous, dict)
             obs = previous.obs if is_step else previous
             out = self.policy.act(obs, mode="sample")
             boot = bootstrap_values(self.policy, previous) if is_step else None
-        return out, boot, self.version
+        return Decision(out.actions.numpy(), self.version, output=out, bootstrap=boot)
+
+    @torch.no_grad()
+    def explore(self, previous, uniform: bool) -> Decision:
+        """Off-policy: a tanh-Gaussian sample, or uniform actions before learning starts."""
+        with self.clock:
+            obs = previous if isinstance(previous, dict) else previous.obs
+            if uniform:
+                unit = torch.rand(obs["state"].shape[0], self.policy.spec.action.dim) * 2.0 - 1.0
+            else:
+                unit, _ = self.policy.rsample(obs)
+            env_actions = self.policy.to_env_units(unit).numpy()[:, None, :]
+        return Decision(env_actions, self.version, unit_actions=unit.numpy())
 
     def finish(self, result) -> torch.Tensor:
         with self.clock:
@@ -112,42 +140,51 @@ class RolloutWorker:
 
 
 class ActorWorker:
-    """Gradient updates: PPO on the batches the loop hands over; publishes versioned weights."""
+    """Gradient updates of an on-policy algorithm (PPO, GRPO) on the batches the loop hands over;
+    publishes versioned weights."""
 
     def __init__(
-        self, spec: dict, policy_config: dict, ppo_config: dict, seed: int, cpus: float = 1.0, cores=None
+        self,
+        spec: dict,
+        policy_config: dict,
+        algorithm: str,
+        algo_config: dict,
+        seed: int,
+        cpus: float = 1.0,
+        cores=None,
     ) -> None:
         from policies import PolicyConfig, make_policy
-        from trainer.algorithms.ppo import PPO, PPOConfig
+        from trainer.algorithms.registry import algorithm_class
 
         _settle(cpus, cores)
         torch.manual_seed(seed)
         policy = make_policy(EnvSpec.from_dict(spec), PolicyConfig(**policy_config))
-        self.ppo = PPO(policy, PPOConfig(**ppo_config))
+        cls = algorithm_class(algorithm)
+        self.algorithm = cls(policy, cls.config_class(**algo_config))
         self.version = 0
         self.clock = Stopwatch()
 
     def weights(self) -> tuple[dict, int]:
-        return self.ppo.policy.state_dict(), self.version
+        return self.algorithm.policy.state_dict(), self.version
 
     def update(self, batch, behaviour_version: int) -> tuple[dict, dict, int]:
         with self.clock:
-            self.ppo.policy.update_normalizers(batch.flat_obs())
-            metrics = self.ppo.update(batch)
+            self.algorithm.policy.update_normalizers(batch.flat_obs())
+            metrics = self.algorithm.update(batch)
             metrics["policy_lag"] = float(self.version - behaviour_version)
             self.version += 1
-        return metrics, self.ppo.policy.state_dict(), self.version
+        return metrics, self.algorithm.policy.state_dict(), self.version
 
     def state(self) -> dict:
         return {
-            "policy": self.ppo.policy.state_dict(),
-            "algorithm": self.ppo.state_dict(),
+            "policy": self.algorithm.policy.state_dict(),
+            "algorithm": self.algorithm.state_dict(),
             "version": self.version,
         }
 
     def load_state(self, state: dict) -> None:
-        self.ppo.policy.load_state_dict(state["policy"])
-        self.ppo.load_state_dict(state["algorithm"])
+        self.algorithm.policy.load_state_dict(state["policy"])
+        self.algorithm.load_state_dict(state["algorithm"])
         self.version = state["version"]
 
     def busy(self) -> dict[str, float]:

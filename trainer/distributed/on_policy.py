@@ -1,8 +1,10 @@
-"""PPO on Ray workers: K env stages pipelined against one rollout worker, an actor that updates.
+"""On-policy RL (PPO, GRPO) on Ray workers: K env stages pipelined against one rollout worker,
+an actor that updates.
 
 One iteration, read top to bottom:
 
-1. Every stage resets its envs (env ``i`` of the run from ``seed + i``, as in-process).
+1. Every stage resets its envs (env ``i`` of the run from ``seed + i``, as in-process; GRPO gives
+   a group of envs one shared seed, and a group may span stages).
 2. For each decision ``t`` and stage ``k`` the loop submits ``rollout.act(previous_k)`` and
    ``env_k.step(that act)``. Ray runs each call as soon as its input exists, so while the rollout
    worker infers for stage ``k`` the envs of the other stages step: the pipeline.
@@ -43,7 +45,7 @@ def ray_options(plan: PlacementPlan, group, role: str) -> dict:
     }
 
 
-class RayPPO:
+class RayOnPolicy:
     """Env, rollout and actor workers for one training run, placed by ``plan``.
 
     It is both the run's "vector env" (the envs live in its workers; ``close`` releases them) and
@@ -51,8 +53,10 @@ class RayPPO:
     driver's ``policy`` is kept in step with the actor's weights, for evaluation and checkpoints.
     """
 
-    def __init__(self, plan: PlacementPlan, train_config, policy, ppo_config) -> None:
+    def __init__(self, plan: PlacementPlan, train_config, policy, algo_config) -> None:
         from ray.util.placement_group import placement_group
+
+        from trainer.algorithms.registry import algorithm_class
 
         env_cfg = train_config.env
         if env_cfg.num_envs % plan.pipeline_stages:
@@ -62,6 +66,12 @@ class RayPPO:
         self.plan, self.policy = plan, policy
         self.max_retries = train_config.cluster.max_retries
         self.envs_per_stage = env_cfg.num_envs // plan.pipeline_stages
+        self.num_envs = env_cfg.num_envs
+        # GRPO's shared group seeds (checked here, at start); PPO: env i from seed + i
+        self._reset_seeds = getattr(algorithm_class(train_config.algorithm), "reset_seeds", None)
+        self.algo_config = algo_config
+        if self._reset_seeds is not None:
+            self._reset_seeds(algo_config, 0, env_cfg.num_envs)
         self.decisions = -(-policy.spec.max_episode_steps // policy.chunk_size)
         self.cameras = policy_cameras(policy)
         self.group = placement_group([dict(b) for b in plan.bundles], strategy="PACK")
@@ -84,7 +94,15 @@ class RayPPO:
         self.actor = (
             ray.remote(ActorWorker)
             .options(**ray_options(plan, self.group, "actor"))
-            .remote(spec, policy_cfg, asdict(ppo_config), seed, actor_cpus, plan.cores("actor"))
+            .remote(
+                spec,
+                policy_cfg,
+                train_config.algorithm,
+                asdict(algo_config),
+                seed,
+                actor_cpus,
+                plan.cores("actor"),
+            )
         )
         self._pending = None  # the update in flight: (ref of (metrics, weights, version))
         self._flushed: dict = {}  # metrics of an update landed by flush(), not yet reported
@@ -100,7 +118,7 @@ class RayPPO:
 
     # -- one iteration --------------------------------------------------------------------------
     def iterate(self, venv, seed: int) -> IterationResult:
-        """One PPO iteration; ``venv`` is ignored (it is this object, as the runner sees it)."""
+        """One iteration; ``venv`` is ignored (it is this object, as the runner sees it)."""
         for attempt in range(1 + self.max_retries):
             try:
                 return self._iterate(seed)
@@ -118,7 +136,10 @@ class RayPPO:
     def _iterate(self, seed: int) -> IterationResult:
         tick = time.perf_counter()
         stages = range(self.plan.pipeline_stages)
-        previous = [env.reset.remote(seed + k * self.envs_per_stage) for k, env in zip(stages, self.envs)]
+        previous = [
+            env.reset.remote(seed + k * self.envs_per_stage, self.stage_seeds(seed, k))
+            for k, env in zip(stages, self.envs)
+        ]
         first = list(previous)
         acts: list[list] = [[] for _ in stages]
         steps: list[list] = [[] for _ in stages]
@@ -139,11 +160,11 @@ class RayPPO:
             stage_acts, stage_steps, final = ray.get(acts[k]), ray.get(steps[k]), ray.get(finals[k])
             trajectory = TrajectoryBuilder(self.envs_per_stage, self.cameras)
             obs = reset_obs
-            for t, ((out, _, version), result) in enumerate(zip(stage_acts, stage_steps)):
-                boot = stage_acts[t + 1][1] if t + 1 < len(stage_acts) else final
-                trajectory.add(obs, out, result, boot)
+            for t, (decision, result) in enumerate(zip(stage_acts, stage_steps)):
+                boot = stage_acts[t + 1].bootstrap if t + 1 < len(stage_acts) else final
+                trajectory.add(obs, decision.output, result, boot)
                 obs = result.obs
-                versions.append(version)
+                versions.append(decision.version)
             batches.append(trajectory.build(obs))
         collect_s = time.perf_counter() - tick
         batch = concat_batches(batches)
@@ -154,6 +175,12 @@ class RayPPO:
             self._pending = update
         update_metrics["collect_s"] = collect_s
         return IterationResult(batch.env_steps, batch.finished, update_metrics)
+
+    def stage_seeds(self, seed: int, stage: int) -> list[int] | None:
+        if self._reset_seeds is None:
+            return None
+        seeds = self._reset_seeds(self.algo_config, seed, self.num_envs)
+        return seeds[stage * self.envs_per_stage : (stage + 1) * self.envs_per_stage]
 
     def _publish(self, update_ref) -> dict:
         metrics, weights, version = ray.get(update_ref)
