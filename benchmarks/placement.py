@@ -72,8 +72,8 @@ def run_sequential(config, ppo_cfg, iterations: int) -> dict:
 def run_ray(mode: str, config, ppo_cfg, iterations: int, pin: bool = True) -> dict:
     import ray
 
-    from trainer.distributed.placement import plan_placement
     from trainer.distributed.on_policy import RayOnPolicy
+    from trainer.distributed.placement import plan_placement
     from trainer.distributed.session import local_cores
 
     plan = plan_placement(

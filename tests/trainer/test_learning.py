@@ -93,3 +93,18 @@ def test_rlpd_learns_to_reach_from_demos(tmp_path):
         ],
     )
     assert stats["eval_return_mean"] > baseline + 15, (stats, baseline)
+
+
+@pytest.mark.slow
+def test_sac_learns_to_reach_on_ray_with_the_asynchronous_learner(tmp_path, local_ray):
+    stats, baseline = train_and_evaluate(
+        tmp_path,
+        "sac_reach",
+        [
+            "run.total_env_steps=4800",
+            "algo.learning_starts=800",
+            "cluster.placement=disaggregated",
+            *SAC_NETS,
+        ],
+    )
+    assert stats["eval_return_mean"] > baseline + 15, (stats, baseline)
