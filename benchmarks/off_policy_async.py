@@ -1,5 +1,9 @@
-"""Off-policy on Ray: the same SAC workload (84 px images, CNN policy, fixed UTD ratio) run in this
-process and on Ray with the asynchronous learner, in one run.
+"""Off-policy on Ray: the same SAC workload run in this process and on Ray with the asynchronous
+learner, in one run.
+
+By default the envs are paced at 10 Hz (``real_time``), as real arms are: the case the async learner
+is for (HIL-SERL's actor/learner split), where updates fit into the wait for the next control tick.
+``--sim-speed`` steps the sim as fast as it goes, where a state-based SAC is learner-bound.
 
 Each mode plays one warm-up iteration (it fills ``learning_starts``), then ``--iterations`` timed
 iterations of one episode per env. Every mode makes the same number of gradient updates per env
@@ -7,7 +11,8 @@ step (checked and printed), so env steps/s compares like with like. Reported per
 the learner's wait at the end of an iteration, the mean policy lag (in updates) and each role's CPU
 and in-call wall seconds.
 
-    python benchmarks/off_policy_async.py [--repeats 3] [--iterations 2] [--num-envs 8] [--utd 0.25] [--out FILE]
+    python benchmarks/off_policy_async.py [--sim-speed] [--obs state|image] [--repeats 3] [--iterations 2]
+        [--num-envs 8] [--episode-steps 25] [--utd 0.5] [--out FILE]
 """
 
 from __future__ import annotations
@@ -33,13 +38,23 @@ from trainer.distributed.config import ClusterConfig
 MODES = ("collocated", "disaggregated", "hybrid")
 
 
-def workload(num_envs: int, utd: float, episode_steps: int):
-    config = load_config("sac_reach_image", [
+def workload(obs: str, num_envs: int, utd: float, episode_steps: int, real_time: bool):
+    """``image``: 84 px front camera + CNN (sac_reach_image); ``state``: proprioception + goal, MLPs."""
+    if obs == "image":
+        preset, kwargs = (
+            "sac_reach_image",
+            "cameras: [front], image_height: 84, image_width: 84, privileged_state: false",
+        )
+        nets = ["algo.batch_size=64"]
+    else:
+        preset, kwargs = "sac_reach", "cameras: []"
+        nets = []
+    config = load_config(preset, [
         f"env.num_envs={num_envs}",
-        "env.kwargs={cameras: [front], image_height: 84, image_width: 84, action_rotation: false, "
-        f"privileged_state: false, max_episode_steps: {episode_steps}}}",
-        f"algo.utd_ratio={utd}", f"algo.learning_starts={num_envs * episode_steps}", "algo.batch_size=64",
-        "algo.buffer_capacity=20000",
+        f"env.kwargs={{{kwargs}, action_rotation: false, max_episode_steps: {episode_steps}, "
+        f"real_time: {str(real_time).lower()}}}",
+        f"algo.utd_ratio={utd}", f"algo.learning_starts={num_envs * episode_steps}", "algo.buffer_capacity=20000",
+        *nets,
     ])  # fmt: skip
     return config, algorithm_config(config)
 
@@ -108,18 +123,24 @@ def median_run(runs: list[dict]) -> dict:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--obs", choices=("state", "image"), default="state")
+    parser.add_argument(
+        "--sim-speed",
+        action="store_true",
+        help="step the sim as fast as it goes (default: paced at 10 Hz, like real arms)",
+    )
     parser.add_argument("--iterations", type=int, default=2)
     parser.add_argument("--repeats", type=int, default=3, help="interleaved rounds; medians reported")
     parser.add_argument("--num-envs", type=int, default=8)
     parser.add_argument("--episode-steps", type=int, default=25)
-    parser.add_argument("--utd", type=float, default=0.25, help="gradient updates per env step")
+    parser.add_argument("--utd", type=float, default=0.5, help="gradient updates per env step")
     parser.add_argument(
         "--out", type=Path, default=Path(__file__).parent / "results" / "off_policy_async.json"
     )
     args = parser.parse_args()
     import ray
 
-    config, sac_cfg = workload(args.num_envs, args.utd, args.episode_steps)
+    config, sac_cfg = workload(args.obs, args.num_envs, args.utd, args.episode_steps, not args.sim_speed)
     runs: dict[str, list[dict]] = {mode: [] for mode in ("sequential", *MODES)}
     ray.init(num_cpus=os.cpu_count(), include_dashboard=False, log_to_driver=False)
     try:
@@ -132,7 +153,8 @@ def main() -> None:
     results = {mode: median_run(mode_runs) for mode, mode_runs in runs.items()}
     base = results["sequential"]["steps_per_s"]
     best = max(MODES, key=lambda m: results[m]["steps_per_s"])
-    print(f"SAC FrankaReach, 84 px CNN, {args.num_envs} envs x {args.episode_steps} steps, UTD {args.utd}; "
+    pace = "as fast as the sim goes" if args.sim_speed else "paced at 10 Hz like real arms"
+    print(f"SAC FrankaReach, {args.obs} obs, {args.num_envs} envs x {args.episode_steps} steps {pace}, UTD {args.utd}; "
           f"median of {args.repeats} interleaved rounds of {args.iterations} timed iterations")  # fmt: skip
     print(
         "  mode           env steps/s  vs seq  updates/step  lag (updates)  learner wait s  per role: CPU s / wall s"
@@ -144,6 +166,7 @@ def main() -> None:
     print(f"best Ray mode ({best}) / sequential: {results[best]['steps_per_s'] / base:.2f}x")
     payload = {
         "benchmark": "off_policy_async", "machine": platform.platform(), "cpus": os.cpu_count(),
+        "obs": args.obs, "real_time": not args.sim_speed,
         "num_envs": args.num_envs, "episode_steps": args.episode_steps, "utd_ratio": args.utd,
         "iterations": args.iterations, "repeats": args.repeats, "results": results, "rounds": runs,
         "best": best, "ratio_vs_sequential": results[best]["steps_per_s"] / base,

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import string
+import time
 from dataclasses import dataclass, field, fields, replace
 from typing import Any
 
@@ -78,6 +79,10 @@ class FrankaEnvConfig:
     render_size: int = 256
     randomization: DomainRandomization = field(default_factory=DomainRandomization)
     camera_file: str = ""  # calibrated camera poses and fields of view (rlinf-calibrate apply-to-sim)
+    # Pace each step to the control period, as a real arm does: rehearses robot timing (e.g. how
+    # much learning fits between steps). Each env keeps its own deadline, so envs stepped one after
+    # another in a vector still take one period per vector step, like arms running side by side.
+    real_time: bool = False
 
     def __post_init__(self) -> None:
         if self.action_mode not in (EE_DELTA_POSE_GRIPPER, JOINT_POSITION):
@@ -224,6 +229,7 @@ class FrankaEnv(gym.Env):
         self.scene.set_arm(arm, gripper_width=2 * panda_model.FINGER_TRAVEL)
         self.task.reset(self.scene, rng)
         mujoco.mj_forward(self.model, self.data)
+        self._next_tick = time.monotonic() + 1.0 / self.cfg.control_hz
         self._steps = 0
         self._reset_command()
         return self._observation(), {"success": False}
@@ -240,6 +246,8 @@ class FrankaEnv(gym.Env):
         self._apply_command(self._command)
         mujoco.mj_step(self.model, self.data, nstep=self.cfg.substeps - latency)
         self._steps += 1
+        if self.cfg.real_time:
+            self._wait_for_tick()
         if any(self.data.warning[w].number > 0 for w in _INSTABILITY_WARNINGS):
             # MuJoCo hit a numerical blow-up and reset its state: end the episode, flag it.
             return self._observation(), 0.0, False, True, {"success": False, "physics_unstable": True}
@@ -248,6 +256,12 @@ class FrankaEnv(gym.Env):
         terminated = bool(result.success and self.cfg.terminate_on_success)
         truncated = self._steps >= self.max_episode_steps
         return self._observation(), float(reward), terminated, truncated, {"success": result.success}
+
+    def _wait_for_tick(self) -> None:
+        now = time.monotonic()
+        if self._next_tick > now:
+            time.sleep(self._next_tick - now)
+        self._next_tick = max(now, self._next_tick) + 1.0 / self.cfg.control_hz
 
     def render(self):
         if self.render_mode != "rgb_array":

@@ -1,3 +1,5 @@
+import time
+
 import gymnasium as gym
 import mujoco
 import numpy as np
@@ -212,3 +214,19 @@ def test_proprio_only_state_hides_the_task_state():
     assert names == ["joint_pos", "joint_vel", "tcp_pos", "tcp_quat", "gripper_width"]
     assert obs["state"].shape == (22,)
     validate_observation(env.env_spec, obs)
+
+
+def test_a_real_time_env_keeps_its_control_period_and_arms_side_by_side_share_it():
+    envs = [
+        sim_envs.make("rlinf/FrankaReach-v0", cameras=[], control_hz=10.0, real_time=True) for _ in range(2)
+    ]
+    for env in envs:
+        env.reset(seed=0)
+    hold = np.zeros(envs[0].action_space.shape, np.float32)
+    start = time.monotonic()
+    for _ in range(6):
+        for env in envs:  # stepped one after the other, like a vector env's inline backend
+            env.step(hold)
+    elapsed = time.monotonic() - start
+    assert elapsed >= 0.6 - 0.01  # six control periods of 100 ms: paced like a real arm
+    assert elapsed < 1.2  # not twelve: each env keeps its own deadline, as two arms would

@@ -21,10 +21,10 @@ import torch
 
 from protos import EnvSpec
 from trainer.algorithms.sac import mean_stats
-from trainer.distributed.workers import Decision, Stopwatch, _settle
+from trainer.distributed.workers import Decision, Stopwatch, Worker, _settle
 
 
-class OffPolicyLearner:
+class OffPolicyLearner(Worker):
     """Owns the algorithm (critics, optimisers, replay and demo buffers) and its training thread."""
 
     def __init__(
@@ -161,9 +161,6 @@ class OffPolicyLearner:
     def load_buffers(self, directory: str) -> None:
         with self._lock:
             self.algorithm.load_buffers(Path(directory))
-
-    def busy(self) -> dict[str, float]:
-        return self.clock.totals()
 
     def close(self) -> None:
         with self._lock:

@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import logging
 import time
-from dataclasses import asdict
 from pathlib import Path
 
 import ray
@@ -30,14 +29,13 @@ from ray.exceptions import RayActorError, RayTaskError
 from sim_envs.vector import EpisodeSummary
 from trainer.algorithms.common import IterationResult
 from trainer.distributed.learner import OffPolicyLearner
-from trainer.distributed.on_policy import ray_options
 from trainer.distributed.placement import PlacementPlan
-from trainer.distributed.workers import EnvWorker, RolloutWorker
+from trainer.distributed.worker_group import WorkerGroup
 
 log = logging.getLogger(__name__)
 
 
-class RayOffPolicy:
+class RayOffPolicy(WorkerGroup):
     """Env, rollout and learner workers for one SAC/RLPD run, placed by ``plan`` (learner = actor role).
 
     Like :class:`~trainer.distributed.on_policy.RayOnPolicy` it plays both the runner's vector env
@@ -45,61 +43,18 @@ class RayOffPolicy:
     """
 
     def __init__(self, plan: PlacementPlan, train_config, policy, algo_config) -> None:
-        from ray.util.placement_group import placement_group
-
-        env_cfg = train_config.env
-        if env_cfg.num_envs % plan.pipeline_stages:
-            raise ValueError(
-                f"env.num_envs ({env_cfg.num_envs}) must split evenly into cluster.pipeline_stages ({plan.pipeline_stages})"
-            )
-        self.plan, self.policy, self.algo_config = plan, policy, algo_config
-        self.max_retries = train_config.cluster.max_retries
+        super().__init__(plan, train_config, policy)
+        self.algo_config = algo_config
         self.sync_every = train_config.cluster.sync_every
-        self.num_envs = env_cfg.num_envs
-        self.envs_per_stage = env_cfg.num_envs // plan.pipeline_stages
-        self.decisions = policy.spec.max_episode_steps
         self.env_steps = 0  # stored so far: exploration is uniform until algo.learning_starts
-        self._env_args = (env_cfg.id, self.envs_per_stage, dict(env_cfg.kwargs))
         self._prepared = False
-        self.group = placement_group([dict(b) for b in plan.bundles], strategy="PACK")
-        try:
-            ray.get(self.group.ready(), timeout=60)
-        except ray.exceptions.GetTimeoutError:
-            raise RuntimeError(f"Ray could not reserve the bundles {plan.bundles} within 60 s") from None
-        spec, policy_cfg = policy.spec.to_dict(), asdict(policy.cfg)
-        self._env_class = ray.remote(max_restarts=-1, max_task_retries=0)(EnvWorker)
-        self.envs = [self._new_env() for _ in range(plan.pipeline_stages)]
-        rollout_cpus, actor_cpus = plan.share("rollout").get("CPU", 1.0), plan.share("actor").get("CPU", 1.0)
-        self.rollout = (
-            ray.remote(max_restarts=-1, max_task_retries=0)(RolloutWorker)
-            .options(**ray_options(plan, self.group, "rollout"))
-            .remote(spec, policy_cfg, rollout_cpus, plan.cores("rollout"))
-        )
         # Threaded: ``add`` and ``weights`` are served while the training thread runs.
-        self.learner = (
-            ray.remote(OffPolicyLearner)
-            .options(max_concurrency=4, **ray_options(plan, self.group, "actor"))
-            .remote(
-                spec,
-                policy_cfg,
-                train_config.algorithm,
-                asdict(algo_config),
-                train_config.run.seed,
-                actor_cpus,
-                plan.cores("actor"),
-            )
-        )
+        self._start_learner(OffPolicyLearner, train_config, algo_config, max_concurrency=4)
         self._sync_rollout()
 
-    def _new_env(self):
-        return self._env_class.options(**ray_options(self.plan, self.group, "env")).remote(
-            *self._env_args, self.plan.cores("env")
-        )
-
-    def _sync_rollout(self) -> None:
-        weights, version = ray.get(self.learner.weights.remote())
-        ray.get(self.rollout.set_weights.remote(weights, version))
-        self.policy.load_state_dict(weights)
+    @property
+    def learner(self):
+        return self.actor
 
     # -- one iteration --------------------------------------------------------------------------
     def iterate(self, venv, seed: int) -> IterationResult:
@@ -187,22 +142,9 @@ class RayOffPolicy:
     def flush(self) -> None:
         """Nothing is in flight between iterations (``drain`` ends each one)."""
 
-    def busy_seconds(self) -> dict[str, dict[str, float]]:
-        """Per role, the wall and CPU seconds spent inside work calls so far (env: summed over stages)."""
-        envs = ray.get([env.busy.remote() for env in self.envs])
-        return {
-            "env": {key: sum(e[key] for e in envs) for key in envs[0]},
-            "rollout": ray.get(self.rollout.busy.remote()),
-            "actor": ray.get(self.learner.busy.remote()),
-        }
-
     def close(self) -> None:
-        from ray.util.placement_group import remove_placement_group
-
         try:
             ray.get(self.learner.close.remote(), timeout=30)
         except Exception as exc:  # a dead learner has nothing left to stop
             log.debug("learner close: %s", exc)
-        for handle in [*self.envs, self.rollout, self.learner]:
-            ray.kill(handle)
-        remove_placement_group(self.group)
+        super().close()

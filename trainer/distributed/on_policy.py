@@ -18,103 +18,39 @@ from __future__ import annotations
 
 import logging
 import time
-from dataclasses import asdict
 
 import ray
 from ray.exceptions import RayActorError, RayTaskError
-from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
 
 from trainer.algorithms.common import IterationResult, TrajectoryBuilder, concat_batches, policy_cameras
 from trainer.distributed.placement import PlacementPlan
-from trainer.distributed.workers import ActorWorker, EnvWorker, RolloutWorker
+from trainer.distributed.worker_group import WorkerGroup
+from trainer.distributed.workers import ActorWorker
 
 log = logging.getLogger(__name__)
 
 
-def ray_options(plan: PlacementPlan, group, role: str) -> dict:
-    share = plan.share(role)
-    return {
-        # Idle OpenMP threads sleep instead of spinning: workers that share cores must not burn them.
-        "runtime_env": {"env_vars": {"OMP_WAIT_POLICY": "PASSIVE"}},
-        "num_cpus": share.get("CPU", 0.0),
-        "num_gpus": share.get("GPU", 0.0),
-        "resources": {k: v for k, v in share.items() if k not in ("CPU", "GPU")},
-        "scheduling_strategy": PlacementGroupSchedulingStrategy(
-            group, placement_group_bundle_index=plan.role_bundle[role]
-        ),
-    }
-
-
-class RayOnPolicy:
-    """Env, rollout and actor workers for one training run, placed by ``plan``.
+class RayOnPolicy(WorkerGroup):
+    """Env, rollout and actor workers for one PPO/GRPO run, placed by ``plan``.
 
     It is both the run's "vector env" (the envs live in its workers; ``close`` releases them) and
-    its algorithm (``iterate``, ``state_dict``): the runner drives it like in-process PPO. The
-    driver's ``policy`` is kept in step with the actor's weights, for evaluation and checkpoints.
+    its algorithm (``iterate``, ``state_dict``): the runner drives it like in-process PPO.
     """
 
     def __init__(self, plan: PlacementPlan, train_config, policy, algo_config) -> None:
-        from ray.util.placement_group import placement_group
-
         from trainer.algorithms.registry import algorithm_class
 
-        env_cfg = train_config.env
-        if env_cfg.num_envs % plan.pipeline_stages:
-            raise ValueError(
-                f"env.num_envs ({env_cfg.num_envs}) must split evenly into cluster.pipeline_stages ({plan.pipeline_stages})"
-            )
-        self.plan, self.policy = plan, policy
-        self.max_retries = train_config.cluster.max_retries
-        self.envs_per_stage = env_cfg.num_envs // plan.pipeline_stages
-        self.num_envs = env_cfg.num_envs
         # GRPO's shared group seeds (checked here, at start); PPO: env i from seed + i
         self._reset_seeds = getattr(algorithm_class(train_config.algorithm), "reset_seeds", None)
         self.algo_config = algo_config
         if self._reset_seeds is not None:
-            self._reset_seeds(algo_config, 0, env_cfg.num_envs)
-        self.decisions = -(-policy.spec.max_episode_steps // policy.chunk_size)
+            self._reset_seeds(algo_config, 0, train_config.env.num_envs)
+        super().__init__(plan, train_config, policy)
         self.cameras = policy_cameras(policy)
-        self.group = placement_group([dict(b) for b in plan.bundles], strategy="PACK")
-        try:
-            ray.get(self.group.ready(), timeout=60)
-        except ray.exceptions.GetTimeoutError:
-            raise RuntimeError(f"Ray could not reserve the bundles {plan.bundles} within 60 s") from None
-        spec, policy_cfg = policy.spec.to_dict(), asdict(policy.cfg)
-        self._env_args = (env_cfg.id, self.envs_per_stage, dict(env_cfg.kwargs), plan.cores("env"))
-        # Env and rollout workers hold no learned state: Ray restarts a dead one and the loop retries.
-        self._env_class = ray.remote(max_restarts=-1, max_task_retries=0)(EnvWorker)
-        self.envs = [self._new_env() for _ in range(plan.pipeline_stages)]
-        rollout_cpus, actor_cpus = plan.share("rollout").get("CPU", 1.0), plan.share("actor").get("CPU", 1.0)
-        self.rollout = (
-            ray.remote(max_restarts=-1, max_task_retries=0)(RolloutWorker)
-            .options(**ray_options(plan, self.group, "rollout"))
-            .remote(spec, policy_cfg, rollout_cpus, plan.cores("rollout"))
-        )
-        seed = train_config.run.seed
-        self.actor = (
-            ray.remote(ActorWorker)
-            .options(**ray_options(plan, self.group, "actor"))
-            .remote(
-                spec,
-                policy_cfg,
-                train_config.algorithm,
-                asdict(algo_config),
-                seed,
-                actor_cpus,
-                plan.cores("actor"),
-            )
-        )
+        self._start_learner(ActorWorker, train_config, algo_config)
         self._pending = None  # the update in flight: (ref of (metrics, weights, version))
         self._flushed: dict = {}  # metrics of an update landed by flush(), not yet reported
         self._sync_rollout()
-
-    def _sync_rollout(self) -> None:
-        weights, version = ray.get(self.actor.weights.remote())
-        ray.get(self.rollout.set_weights.remote(weights, version))
-        self.policy.load_state_dict(weights)
-
-    def _new_env(self):
-        return self._env_class.options(**ray_options(self.plan, self.group, "env")).remote(*self._env_args)
 
     # -- one iteration --------------------------------------------------------------------------
     def iterate(self, venv, seed: int) -> IterationResult:
@@ -201,19 +137,3 @@ class RayOnPolicy:
         if self._pending is not None:
             self._flushed = self._publish(self._pending)  # reported with the next iteration
             self._pending = None
-
-    def busy_seconds(self) -> dict[str, dict[str, float]]:
-        """Per role, the wall and CPU seconds spent inside work calls so far (env: summed over stages)."""
-        envs = ray.get([env.busy.remote() for env in self.envs])
-        return {
-            "env": {key: sum(e[key] for e in envs) for key in envs[0]},
-            "rollout": ray.get(self.rollout.busy.remote()),
-            "actor": ray.get(self.actor.busy.remote()),
-        }
-
-    def close(self) -> None:
-        from ray.util.placement_group import remove_placement_group
-
-        for handle in [*self.envs, self.rollout, self.actor]:
-            ray.kill(handle)
-        remove_placement_group(self.group)

@@ -58,7 +58,24 @@ class Decision:
     unit_actions: np.ndarray | None = None  # off-policy: the actions in [-1, 1], as stored in replay
 
 
-class EnvWorker:
+class Worker:
+    """What every role reports: seconds spent working, its process and its Ray node."""
+
+    clock: Stopwatch
+
+    def busy(self) -> dict[str, float]:
+        return self.clock.totals()
+
+    def pid(self) -> int:
+        return os.getpid()
+
+    def node(self) -> str:
+        import ray
+
+        return ray.get_runtime_context().get_node_id()
+
+
+class EnvWorker(Worker):
     """One pipeline stage: a group of sim envs stepped in this process."""
 
     def __init__(self, env_id: str, num_envs: int, env_kwargs: dict[str, Any], cores=None) -> None:
@@ -80,14 +97,8 @@ class EnvWorker:
             result = self.venv.chunk_step(decision.env_actions)
         return result
 
-    def busy(self) -> dict[str, float]:
-        return self.clock.totals()
 
-    def pid(self) -> int:
-        return os.getpid()
-
-
-class RolloutWorker:
+class RolloutWorker(Worker):
     """Policy inference for every stage; weights arrive from the actor with a version number."""
 
     def __init__(self, spec: dict, policy_config: dict, cpus: float = 1.0, cores=None) -> None:
@@ -135,11 +146,8 @@ class RolloutWorker:
             boot = bootstrap_values(self.policy, result)
         return boot
 
-    def busy(self) -> dict[str, float]:
-        return self.clock.totals()
 
-
-class ActorWorker:
+class ActorWorker(Worker):
     """Gradient updates of an on-policy algorithm (PPO, GRPO) on the batches the loop hands over;
     publishes versioned weights."""
 
@@ -186,6 +194,3 @@ class ActorWorker:
         self.algorithm.policy.load_state_dict(state["policy"])
         self.algorithm.load_state_dict(state["algorithm"])
         self.version = state["version"]
-
-    def busy(self) -> dict[str, float]:
-        return self.clock.totals()
