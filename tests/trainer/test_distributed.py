@@ -82,6 +82,10 @@ def test_a_killed_env_worker_is_restarted_and_the_iteration_retried(tmp_path, lo
         (["cluster.placement=hybrid", "cluster.roles={env: 0, rollout: 1, critic: 1}"], "unknown role 'critic'"),
         (["cluster.placement=hybrid", "cluster.roles={env: 0, rollout: 1}"], r"\['actor'\] has no bundle"),
         (["cluster.placement=hybrid", "cluster.bundles=[{CPU: 2}, {CPU: 2}]"], "needs 4 CPU, the Ray cluster has 2"),
+        (["cluster.placement=hybrid", "cluster.bundles=[{CPU: 1}, {CPU: 1}]", "cluster.roles={env: 0, rollout: [0, 1], actor: 1}"],
+         r"only env stages may list several"),
+        (["cluster.placement=hybrid", "cluster.bundles=[{CPU: 1}, {CPU: 1}]", "cluster.roles={env: [0, 2], rollout: 0, actor: 1}"],
+         r"cluster.roles.env=2, but there are 2 bundles"),
         (["cluster.placement=disaggregated", "cluster.bundles=[{CPU: 1}, {GPU: 1}, {CPU: 0.5}]"],
          "needs 1 GPU, the Ray cluster has 0"),
         (["cluster.placement=collocated", "algorithm=bc", "policy.value_head=false"],
@@ -106,8 +110,9 @@ def test_the_multinode_deploy_config_loads_and_plans():
     root = Path(__file__).resolve().parents[2]
     config = load_config(str(root / "deploy" / "placement-multinode.yaml"))
     plan = plan_placement(config.cluster, {"CPU": 32, "GPU": 1})
-    assert plan.role_bundle == {"env": 0, "rollout": 1, "actor": 1} and plan.cpu_sets is None
-    assert plan.share("env") == {"CPU": 6.0}  # 24 CPUs over 4 env stages
+    assert plan.role_bundle == {"env": 0, "rollout": 2, "actor": 2} and plan.cpu_sets is None
+    assert [plan.bundle_of("env", k) for k in range(4)] == [0, 1, 0, 1]  # stages alternate boxes
+    assert plan.share("env", 1) == {"CPU": 6.0}  # 12 CPUs per box over its 2 env stages
     assert plan.share("actor") == {"CPU": 2.0, "GPU": 0.5}
     with pytest.raises(ConfigError, match="needs 1 GPU, the Ray cluster has 0"):
         plan_placement(config.cluster, {"CPU": 32})

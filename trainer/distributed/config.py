@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Any
 
 PLACEMENTS = ("sequential", "collocated", "disaggregated", "hybrid", "auto")
 ROLES = ("env", "rollout", "actor")
@@ -27,7 +28,9 @@ class ClusterConfig:
     policy_lag: int = 1  # pipelined modes: versions the rollout may trail the actor (0 or 1)
     sync_every: int = 4  # off-policy, pipelined: decisions between weight syncs to the rollout worker
     bundles: list[dict[str, float]] = field(default_factory=list)  # resource sets, e.g. [{CPU: 1}, {GPU: 1}]
-    roles: dict[str, int] = field(default_factory=dict)  # hybrid: role -> bundle index
+    # hybrid: role -> bundle index; env may list several bundles (stage k on the k-th, round robin),
+    # which is how env stages spread over several machines (a bundle never spans two nodes)
+    roles: dict[str, Any] = field(default_factory=dict)
     profile_iterations: int = 2  # auto: timed iterations per candidate (after one warm-up)
     max_retries: int = 2  # an iteration whose worker died is retried this often
     pin_cpus: bool = True  # one-node clusters: pin each bundle's workers to its own cores

@@ -13,8 +13,8 @@ One iteration, read top to bottom:
    is the configured one, and reports the mean policy lag, in updates.
 
 With ``policy_lag=0`` (collocated placement) the phases take turns instead: after each decision the
-learner makes its updates and the rollout worker gets its weights before the next decision, which
-is the in-process algorithm, step for step.
+learner makes its updates and the rollout worker gets its weights before the next decision: the
+in-process algorithm's order of acting and learning (lag 0).
 """
 
 from __future__ import annotations

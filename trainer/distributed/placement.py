@@ -24,21 +24,24 @@ class PlacementPlan:
     pipeline_stages: int
     policy_lag: int
     cpu_sets: tuple[tuple[int, ...], ...] | None = None  # cores per bundle, when pinned
+    env_bundles: tuple[int, ...] = ()  # env stages spread round robin over these, when several
 
-    def cores(self, role: str) -> tuple[int, ...] | None:
-        return None if self.cpu_sets is None else self.cpu_sets[self.role_bundle[role]]
+    def bundle_of(self, role: str, stage: int = 0) -> int:
+        if role == "env" and self.env_bundles:
+            return self.env_bundles[stage % len(self.env_bundles)]
+        return self.role_bundle[role]
+
+    def cores(self, role: str, stage: int = 0) -> tuple[int, ...] | None:
+        return None if self.cpu_sets is None else self.cpu_sets[self.bundle_of(role, stage)]
 
     def workers_in(self, bundle: int) -> int:
-        """Ray actors placed in a bundle: env workers count once per pipeline stage."""
-        return sum(
-            self.pipeline_stages if role == "env" else 1
-            for role, b in self.role_bundle.items()
-            if b == bundle
-        )
+        """Ray actors placed in a bundle: each env stage counts once."""
+        envs = sum(self.bundle_of("env", k) == bundle for k in range(self.pipeline_stages))
+        return envs + sum(b == bundle for role, b in self.role_bundle.items() if role != "env")
 
-    def share(self, role: str) -> dict[str, float]:
+    def share(self, role: str, stage: int = 0) -> dict[str, float]:
         """The resources one worker of ``role`` asks for: an even share of its bundle."""
-        bundle = self.role_bundle[role]
+        bundle = self.bundle_of(role, stage)
         count = self.workers_in(bundle)
         return {key: value / count for key, value in self.bundles[bundle].items()}
 
@@ -106,10 +109,22 @@ def plan_placement(
         missing = sorted(set(ROLES) - set(roles))
         if missing:
             raise ConfigError(f"cluster.roles must place every role; {missing} has no bundle")
-        for role, index in roles.items():
+        env_bundles: tuple[int, ...] = ()
+        if isinstance(roles["env"], (list, tuple)):
+            env_bundles = tuple(roles["env"])
+            if not env_bundles:
+                raise ConfigError("cluster.roles.env lists no bundle")
+            roles["env"] = env_bundles[0]
+        for role, index in [*roles.items(), *(("env", b) for b in env_bundles)]:
+            if not isinstance(index, int):
+                raise ConfigError(
+                    f"cluster.roles.{role}={index!r}: a bundle index (only env stages may list several)"
+                )
             if not 0 <= index < len(bundles):
                 raise ConfigError(f"cluster.roles.{role}={index}, but there are {len(bundles)} bundles")
-        plan = PlacementPlan(mode, bundles, roles, config.pipeline_stages, config.policy_lag)
+        plan = PlacementPlan(
+            mode, bundles, roles, config.pipeline_stages, config.policy_lag, env_bundles=env_bundles
+        )
     for index, bundle in enumerate(plan.bundles):
         if not bundle or any(value <= 0 for value in bundle.values()):
             raise ConfigError(f"cluster bundle {index} {bundle} must ask for a positive amount of something")

@@ -77,8 +77,9 @@ def build_distributed(config, policy, algo_config, mode: str | None = None):
     if mode == "auto":
         mode = choose_placement(config, policy, algo_config)
     plan = plan_placement(config.cluster, ray.cluster_resources(), mode, local_cores())
+    roles = {**plan.role_bundle, **({"env": list(plan.env_bundles)} if plan.env_bundles else {})}
     log.info("placement %s: bundles %s, roles %s, %d stages, policy lag %d", plan.mode, list(plan.bundles),
-             plan.role_bundle, plan.pipeline_stages, plan.policy_lag)  # fmt: skip
+             roles, plan.pipeline_stages, plan.policy_lag)  # fmt: skip
     if config.algorithm in OFF_POLICY:
         from trainer.distributed.off_policy import RayOffPolicy
 

@@ -15,8 +15,8 @@ from trainer.distributed.workers import EnvWorker, RolloutWorker
 log = logging.getLogger(__name__)
 
 
-def ray_options(plan: PlacementPlan, group, role: str) -> dict:
-    share = plan.share(role)
+def ray_options(plan: PlacementPlan, group, role: str, stage: int = 0) -> dict:
+    share = plan.share(role, stage)
     return {
         # Idle OpenMP threads sleep instead of spinning: workers that share cores must not burn them.
         "runtime_env": {"env_vars": {"OMP_WAIT_POLICY": "PASSIVE"}},
@@ -24,7 +24,7 @@ def ray_options(plan: PlacementPlan, group, role: str) -> dict:
         "num_gpus": share.get("GPU", 0.0),
         "resources": {k: v for k, v in share.items() if k not in ("CPU", "GPU")},
         "scheduling_strategy": PlacementGroupSchedulingStrategy(
-            group, placement_group_bundle_index=plan.role_bundle[role]
+            group, placement_group_bundle_index=plan.bundle_of(role, stage)
         ),
     }
 
@@ -60,7 +60,7 @@ class WorkerGroup:
         self._env_args = (env_cfg.id, self.envs_per_stage, dict(env_cfg.kwargs))
         # Env and rollout workers hold no learned state: Ray restarts a dead one and the loop retries.
         self._env_class = ray.remote(max_restarts=-1, max_task_retries=0)(EnvWorker)
-        self.envs = [self._new_env() for _ in range(plan.pipeline_stages)]
+        self.envs = [self._new_env(stage) for stage in range(plan.pipeline_stages)]
         self.rollout = (
             ray.remote(max_restarts=-1, max_task_retries=0)(RolloutWorker)
             .options(**ray_options(plan, self.group, "rollout"))
@@ -71,9 +71,9 @@ class WorkerGroup:
     def _cpus(self, role: str) -> float:
         return self.plan.share(role).get("CPU", 1.0)
 
-    def _new_env(self):
-        return self._env_class.options(**ray_options(self.plan, self.group, "env")).remote(
-            *self._env_args, self.plan.cores("env")
+    def _new_env(self, stage: int):
+        return self._env_class.options(**ray_options(self.plan, self.group, "env", stage)).remote(
+            *self._env_args, self.plan.cores("env", stage)
         )
 
     def _start_learner(self, worker_class: type, train_config, algo_config, **options):
