@@ -117,3 +117,11 @@ def test_a_killed_env_worker_is_retried_without_losing_the_learner(tmp_path, loc
         assert "a worker died mid-iteration" in caplog.text
     finally:
         trainer.close()
+
+
+def test_auto_profiles_off_policy_candidates_with_the_learner_running(tmp_path, local_ray, capsys):
+    overrides = [*SAC, "algo.learning_starts=1000", "run.total_env_steps=40"]
+    rows = run(tmp_path, "sac_reach", [*overrides, "cluster.placement=auto", "cluster.profile_iterations=1"])
+    printed = capsys.readouterr().out
+    assert "auto placement (learning from the first step): env steps/s collocated" in printed
+    assert rows[-1]["train/updates"] == 0.0  # the profile's learning_starts=0 stays in the profile

@@ -21,7 +21,7 @@ import torch
 
 from protos import EnvSpec
 from trainer.algorithms.sac import mean_stats
-from trainer.distributed.workers import Decision, Stopwatch, Worker, _settle
+from trainer.distributed.workers import Decision, Stopwatch, Worker, settle_threads
 
 
 class OffPolicyLearner(Worker):
@@ -40,7 +40,7 @@ class OffPolicyLearner(Worker):
         from policies import PolicyConfig, make_policy
         from trainer.algorithms.registry import algorithm_class
 
-        _settle(cpus, cores)
+        settle_threads(cpus, cores)
         torch.manual_seed(seed)
         policy = make_policy(EnvSpec.from_dict(spec), PolicyConfig(**policy_config))
         cls = algorithm_class(algorithm)
@@ -107,9 +107,9 @@ class OffPolicyLearner(Worker):
     def settle(self, timeout_s: float = 3600.0) -> None:
         """Wait until every owed update is made."""
         with self._lock:
-            self._settle(timeout_s)
+            self._wait_for_updates(timeout_s)
 
-    def _settle(self, timeout_s: float) -> None:
+    def _wait_for_updates(self, timeout_s: float) -> None:
         paid = self._lock.wait_for(
             lambda: self._failure is not None or self.algorithm.pending_updates < 1.0, timeout_s
         )
@@ -121,7 +121,7 @@ class OffPolicyLearner(Worker):
     def drain(self, timeout_s: float = 3600.0) -> dict[str, float]:
         """Wait until every owed update is made; the iteration's metrics."""
         with self._lock:
-            self._settle(timeout_s)
+            self._wait_for_updates(timeout_s)
             metrics = {**mean_stats(self._stats), **self.algorithm.buffer_metrics()}
             lags = self._lags or [0]
             metrics["policy_lag"] = float(sum(lags) / len(lags))

@@ -88,9 +88,17 @@ def build_distributed(config, policy, algo_config, mode: str | None = None):
 
 
 def choose_placement(config, policy, algo_config) -> str:
-    """Profile each candidate for a few iterations (after a warm-up); the fastest wins."""
-    import copy
+    """Profile each candidate for a few iterations (after a warm-up); the fastest wins.
 
+    Off-policy candidates learn from the first step while profiled: a profile spent in the uniform
+    warm-up (``learning_starts``) would time the envs alone and miss the learner.
+    """
+    import copy
+    from dataclasses import replace
+
+    note = ""
+    if hasattr(algo_config, "learning_starts"):
+        algo_config, note = replace(algo_config, learning_starts=0), " (learning from the first step)"
     rates: dict[str, float] = {}
     for mode in AUTO_CANDIDATES:
         trainer = build_distributed(config, copy.deepcopy(policy), algo_config, mode=mode)
@@ -106,6 +114,6 @@ def choose_placement(config, policy, algo_config) -> str:
             trainer.close()
     best = max(rates, key=rates.get)
     table = ", ".join(f"{mode} {rate:.1f}" for mode, rate in rates.items())
-    log.info("auto placement: env steps/s %s -> %s", table, best)
-    print(f"auto placement: env steps/s {table} -> {best}")
+    log.info("auto placement%s: env steps/s %s -> %s", note, table, best)
+    print(f"auto placement{note}: env steps/s {table} -> {best}")
     return best

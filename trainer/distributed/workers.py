@@ -36,7 +36,7 @@ class Stopwatch:
         return {"wall_s": self.wall_s, "cpu_s": self.cpu_s}
 
 
-def _settle(cpus: float, cores: tuple[int, ...] | None, threads: int | None = None) -> None:
+def settle_threads(cpus: float, cores: tuple[int, ...] | None, threads: int | None = None) -> None:
     """Pin this worker to its bundle's cores (when the plan pins) and size torch's thread pool.
 
     A pinned worker gets a thread per core of its bundle: roles that share a bundle take turns
@@ -81,7 +81,7 @@ class EnvWorker(Worker):
     def __init__(self, env_id: str, num_envs: int, env_kwargs: dict[str, Any], cores=None) -> None:
         import sim_envs
 
-        _settle(1.0, cores)
+        settle_threads(1.0, cores)
         self.venv = sim_envs.make_vector(env_id, num_envs, backend="inline", **env_kwargs)
         self.clock = Stopwatch()
 
@@ -104,7 +104,7 @@ class RolloutWorker(Worker):
     def __init__(self, spec: dict, policy_config: dict, cpus: float = 1.0, cores=None) -> None:
         from policies import PolicyConfig, make_policy
 
-        _settle(cpus, cores, threads=1)  # small inference batches: more threads only contend
+        settle_threads(cpus, cores, threads=1)  # small inference batches: more threads only contend
         self.policy = make_policy(EnvSpec.from_dict(spec), PolicyConfig(**policy_config)).eval()
         self.version = 0
         self.clock = Stopwatch()
@@ -164,7 +164,7 @@ class ActorWorker(Worker):
         from policies import PolicyConfig, make_policy
         from trainer.algorithms.registry import algorithm_class
 
-        _settle(cpus, cores)
+        settle_threads(cpus, cores)
         torch.manual_seed(seed)
         policy = make_policy(EnvSpec.from_dict(spec), PolicyConfig(**policy_config))
         cls = algorithm_class(algorithm)
