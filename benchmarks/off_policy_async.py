@@ -35,7 +35,16 @@ from trainer.configs import load_config
 from trainer.configs.loader import algorithm_config
 from trainer.distributed.config import ClusterConfig
 
-MODES = ("collocated", "disaggregated", "hybrid")
+MODES = ("collocated", "disaggregated", "hybrid", "learner-heavy")
+
+
+def cluster_for(mode: str, cpus: float) -> ClusterConfig:
+    """``learner-heavy``: disaggregated, but the learner's bundle holds 5/8 of the CPUs (env 1/4,
+    rollout 1/8), for a learner-bound workload; the other modes are the defaults."""
+    if mode == "learner-heavy":
+        bundles = [{"CPU": cpus / 4}, {"CPU": cpus / 8}, {"CPU": cpus * 5 / 8}]
+        return ClusterConfig(placement="disaggregated", bundles=bundles)
+    return ClusterConfig(placement=mode)
 
 
 def workload(obs: str, num_envs: int, utd: float, episode_steps: int, real_time: bool):
@@ -90,7 +99,8 @@ def run_ray(mode: str, config, sac_cfg, iterations: int) -> dict:
     from trainer.distributed.placement import plan_placement
     from trainer.distributed.session import local_cores
 
-    plan = plan_placement(ClusterConfig(placement=mode), ray.cluster_resources(), cores=local_cores())
+    resources = ray.cluster_resources()
+    plan = plan_placement(cluster_for(mode, resources["CPU"]), resources, cores=local_cores())
     policy = make_policy(sim_envs.make(config.env.id, **config.env.kwargs).env_spec, config.policy)
     trainer = RayOffPolicy(plan, config, policy, sac_cfg)
     try:
