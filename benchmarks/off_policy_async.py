@@ -26,7 +26,7 @@ import time
 from pathlib import Path
 
 import torch
-from tqdm import tqdm
+from rounds import interleaved_rounds  # benchmarks/rounds.py, beside this script
 
 import sim_envs
 from policies import make_policy
@@ -126,11 +126,6 @@ def run_ray(mode: str, config, sac_cfg, iterations: int) -> dict:
             "pipeline_stages": plan.pipeline_stages}  # fmt: skip
 
 
-def median_run(runs: list[dict]) -> dict:
-    """The round with the median throughput (its breakdown stays consistent with its rate)."""
-    return sorted(runs, key=lambda r: r["steps_per_s"])[len(runs) // 2]
-
-
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--obs", choices=("state", "image"), default="state")
@@ -148,19 +143,11 @@ def main() -> None:
         "--out", type=Path, default=Path(__file__).parent / "results" / "off_policy_async.json"
     )
     args = parser.parse_args()
-    import ray
-
     config, sac_cfg = workload(args.obs, args.num_envs, args.utd, args.episode_steps, not args.sim_speed)
-    runs: dict[str, list[dict]] = {mode: [] for mode in ("sequential", *MODES)}
-    ray.init(num_cpus=os.cpu_count(), include_dashboard=False, log_to_driver=False)
-    try:
-        for _ in tqdm(range(args.repeats), desc="rounds"):
-            runs["sequential"].append(run_sequential(config, sac_cfg, args.iterations))
-            for mode in MODES:
-                runs[mode].append(run_ray(mode, config, sac_cfg, args.iterations))
-    finally:
-        ray.shutdown()
-    results = {mode: median_run(mode_runs) for mode, mode_runs in runs.items()}
+    modes = {"sequential": lambda: run_sequential(config, sac_cfg, args.iterations)}
+    for mode in MODES:
+        modes[mode] = lambda mode=mode: run_ray(mode, config, sac_cfg, args.iterations)
+    runs, results = interleaved_rounds(args.repeats, modes, args.out.with_suffix(".partial.json"))
     base = results["sequential"]["steps_per_s"]
     best = max(MODES, key=lambda m: results[m]["steps_per_s"])
     pace = "as fast as the sim goes" if args.sim_speed else "paced at 10 Hz like real arms"

@@ -83,8 +83,7 @@ class GaussianActorCritic(Policy):
         return asdict(self.cfg)
 
     def _as_tensors(self, obs: dict[str, Any]) -> dict[str, Any]:
-        if isinstance(obs["state"], torch.Tensor):
-            return obs
+        """Observations on this policy's device (numpy from envs, CPU tensors from batches)."""
         return to_tensors(obs, self.action_low.device)
 
     def distribution(self, features: torch.Tensor) -> Normal:
@@ -97,7 +96,8 @@ class GaussianActorCritic(Policy):
         return Normal(mean, log_std.exp())
 
     def to_env_units(self, unit_actions: torch.Tensor) -> torch.Tensor:
-        """[-1, 1] -> the spec's bounds."""
+        """[-1, 1] -> the spec's bounds, on this policy's device."""
+        unit_actions = unit_actions.to(self.action_low.device)
         return self.action_low + (unit_actions + 1.0) * 0.5 * (self.action_high - self.action_low)
 
     def squash(self, samples: torch.Tensor) -> torch.Tensor:
@@ -138,7 +138,7 @@ class GaussianActorCritic(Policy):
         obs = self._as_tensors(obs)
         features = self.encoder(obs)
         dist = self.distribution(features)
-        flat = samples.reshape(samples.shape[0], -1)
+        flat = samples.reshape(samples.shape[0], -1).to(features.device)
         value = self.critic(features).squeeze(-1) if self.critic is not None else None
         return PolicyEvaluation(self.log_prob(dist, flat), dist.entropy().sum(-1), value)
 

@@ -28,6 +28,15 @@ class PolicyOutput:
     log_prob: torch.Tensor  # [B]: summed over the chunk and action dims
     value: torch.Tensor | None  # [B], when the policy has a value head
 
+    def cpu(self) -> PolicyOutput:
+        """The same output on the CPU (what a trajectory stores; no copy for CPU tensors)."""
+        return PolicyOutput(
+            self.actions.cpu(),
+            self.samples.cpu(),
+            self.log_prob.cpu(),
+            None if self.value is None else self.value.cpu(),
+        )
+
 
 @dataclass
 class PolicyEvaluation:
@@ -39,12 +48,19 @@ class PolicyEvaluation:
 
 
 def to_tensors(obs: dict[str, Any], device: torch.device | str = "cpu") -> dict[str, Any]:
-    """Batched numpy observation -> tensors (images stay uint8; the encoder scales them)."""
+    """Batched observation (numpy arrays or tensors) -> tensors on ``device`` (images stay uint8;
+    the encoder scales them). Tensors already there are not copied."""
     return {
-        "images": {k: torch.as_tensor(np.asarray(v), device=device) for k, v in obs["images"].items()},
-        "state": torch.as_tensor(np.asarray(obs["state"], dtype=np.float32), device=device),
+        "images": {k: _as_tensor(v, device) for k, v in obs.get("images", {}).items()},
+        "state": _as_tensor(obs["state"], device, torch.float32),
         "instruction": list(obs.get("instruction", [])),
     }
+
+
+def _as_tensor(value: Any, device: torch.device | str, dtype: torch.dtype | None = None) -> torch.Tensor:
+    if isinstance(value, torch.Tensor):
+        return value.to(device=device, dtype=dtype or value.dtype)
+    return torch.as_tensor(np.asarray(value), dtype=dtype, device=device)
 
 
 class Policy(nn.Module, abc.ABC):
@@ -72,7 +88,7 @@ class Policy(nn.Module, abc.ABC):
             "class": type(self).__name__,
             "config": self.config_dict(),
             "spec": self.spec.to_dict(),
-            "state_dict": self.state_dict(),
+            "state_dict": {k: v.detach().cpu() for k, v in self.state_dict().items()},  # loads anywhere
         }
         tmp = path.with_suffix(path.suffix + ".tmp")
         torch.save(payload, tmp)

@@ -21,7 +21,7 @@ class RunningNormalizer(nn.Module):
     def update(self, batch: torch.Tensor) -> None:
         if bool(self.frozen) or batch.shape[0] == 0:
             return
-        batch = batch.reshape(-1, self.mean.shape[0]).to(torch.float64)
+        batch = batch.reshape(-1, self.mean.shape[0]).to(self.mean.device, torch.float64)
         batch_mean, batch_var, n = batch.mean(0), batch.var(0, unbiased=False), batch.shape[0]
         delta = batch_mean - self.mean
         total = self.count + n

@@ -17,6 +17,7 @@ import numpy as np
 import torch
 
 from policies import Policy
+from trainer.devices import to_cpu
 
 CHECKPOINT_DIR = "checkpoints"
 
@@ -48,7 +49,8 @@ def save_checkpoint(run_dir: Path, progress: Progress, policy: Policy, algorithm
         shutil.rmtree(tmp)
     tmp.mkdir(parents=True)
     policy.save(tmp / "policy.pt")
-    torch.save({"algorithm": algorithm.state_dict(), "rng": rng_state()}, tmp / "trainer_state.pt")
+    state = {"algorithm": to_cpu(algorithm.state_dict()), "rng": rng_state()}  # loads on any machine
+    torch.save(state, tmp / "trainer_state.pt")
     if hasattr(algorithm, "save_buffers"):
         algorithm.save_buffers(tmp)
     (tmp / "progress.json").write_text(json.dumps(asdict(progress)))

@@ -32,7 +32,7 @@ def evaluate_policy(
             obs, _ = env.reset(seed=seed + episode)
             total, success, done = 0.0, False, False
             while not done:
-                chunk = policy.act(SimVectorEnv.stack_obs([obs]), mode="greedy").actions[0].numpy()
+                chunk = policy.act(SimVectorEnv.stack_obs([obs]), mode="greedy").actions[0].cpu().numpy()
                 for action in chunk:
                     obs, reward, terminated, truncated, info = env.step(action)
                     if video_path is not None and episode == 0:

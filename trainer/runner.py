@@ -26,6 +26,7 @@ from trainer.checkpoint import (
 )
 from trainer.configs import TrainConfig, save_config
 from trainer.configs.loader import ConfigError, algorithm_config
+from trainer.devices import resolve_device
 from trainer.evaluation import evaluate_policy
 from trainer.run_logging import RunLogger, truncate_metrics
 
@@ -83,13 +84,19 @@ class Runner:
             # Envs, inference and updates live in Ray workers; one object plays venv and algorithm.
             from trainer.distributed.session import build_distributed
 
+            if cfg.run.device not in ("cpu", "auto"):
+                raise ConfigError(
+                    f"run.device={cfg.run.device!r} applies to sequential runs; on Ray each worker's "
+                    "device follows its bundle (name GPU in the actor's and rollout's cluster.bundles)"
+                )
             spec_env = sim_envs.make(cfg.env.id, **cfg.env.kwargs)
             policy = make_policy(spec_env.env_spec, cfg.policy)
             spec_env.close()
             distributed = build_distributed(cfg, policy, self.algo_cfg)
             return distributed, policy, distributed
+        device = resolve_device(cfg.run.device)
         venv = self.make_envs(cfg)
-        policy = make_policy(venv.spec, cfg.policy)
+        policy = make_policy(venv.spec, cfg.policy).to(device)
         algorithm = algorithm_class(cfg.algorithm)(policy, self.algo_cfg)
         return venv, policy, algorithm
 

@@ -36,10 +36,14 @@ def run(tmp_path: Path, placement: str, *overrides: str) -> list[dict]:
 
 def test_every_placement_trains_ppo_with_the_same_metrics_schema(tmp_path, local_ray):
     sequential = run(tmp_path, "sequential")
-    for placement in ("collocated", "disaggregated", "hybrid"):
-        rows = run(tmp_path, placement)
+    # Collocated runs with offload here (plain collocated runs as an ``auto`` candidate below): on a
+    # CPU the moves are no-ops, but the loop's turn-taking around them is the real one.
+    for placement, extra in (("collocated", ["cluster.offload=true"]), ("disaggregated", []), ("hybrid", [])):
+        rows = run(tmp_path, placement, *extra)
         assert len(rows) == 3 and rows[-1]["env_steps"] == 120
-        assert set(rows[-1]) == set(sequential[-1]), placement
+        offloaded = "train/offload_s" in rows[-1]
+        assert offloaded == (placement == "collocated")
+        assert set(rows[-1]) - {"train/offload_s"} == set(sequential[-1]), placement
         assert rows[-1]["train/policy_loss"] == rows[-1]["train/policy_loss"]  # a number, not NaN
         lags = [row["train/policy_lag"] for row in rows if "train/policy_lag" in row]
         # Pipelined modes collect with the previous weights while the actor updates: one version behind.
@@ -90,6 +94,10 @@ def test_a_killed_env_worker_is_restarted_and_the_iteration_retried(tmp_path, lo
          "needs 1 GPU, the Ray cluster has 0"),
         (["cluster.placement=collocated", "algorithm=bc", "policy.value_head=false"],
          "runs ppo, grpo, sac, rlpd on Ray workers; 'bc' runs with cluster.placement=sequential"),
+        (["cluster.placement=disaggregated", "cluster.offload=true"], "cluster.offload needs cluster.placement=collocated"),
+        (["cluster.placement=collocated", "cluster.offload=true", "algorithm=sac", "policy.head=tanh_gaussian",
+          "policy.value_head=false"], "cluster.offload is for on-policy algorithms"),
+        (["cluster.placement=hybrid", "run.device=cuda"], "on Ray each worker's device follows its bundle"),
     ],
 )  # fmt: skip
 def test_bad_placements_fail_at_start_with_a_clear_message(tmp_path, local_ray, overrides, message):

@@ -19,6 +19,7 @@ import torch
 from policies import Policy
 from sim_envs.vector import SimVectorEnv
 from trainer.algorithms.common import IterationResult, decisions_per_episode
+from trainer.devices import module_device
 
 
 @dataclass
@@ -81,8 +82,9 @@ class Regression:
                 f"the dataset has state {states.shape[1]} / action {actions.shape[1]}, "
                 f"the env has state {spec.state_dim} / action {spec.action.dim}"
             )
-        self.states = torch.as_tensor(states)
-        self.targets = torch.as_tensor(spec.action.to_unit(actions))
+        device = module_device(self.policy)
+        self.states = torch.as_tensor(states, device=device)
+        self.targets = torch.as_tensor(spec.action.to_unit(actions), device=device)
         self.policy.update_normalizers({"state": self.states})
 
     def fit(self, updates: int) -> float:
@@ -90,7 +92,7 @@ class Regression:
         losses = []
         self.policy.train()
         for _ in range(updates):
-            idx = torch.randint(0, len(self.states), (self.batch_size,))
+            idx = torch.randint(0, len(self.states), (self.batch_size,)).to(self.states.device)
             features = self.policy.encoder({"state": self.states[idx], "images": {}})
             predicted = self.policy.squash(self.policy.distribution(features).mean)
             loss = torch.nn.functional.mse_loss(predicted, self.targets[idx])
@@ -129,7 +131,7 @@ class BC:
         obs, _ = venv.reset(seed=seed)
         steps, finished = 0, []
         for _ in range(decisions_per_episode(venv, self.policy)):
-            result = venv.chunk_step(self.policy.act(obs, mode="greedy").actions.numpy())
+            result = venv.chunk_step(self.policy.act(obs, mode="greedy").actions.cpu().numpy())
             steps += int(result.valid.sum())
             finished.extend(result.finished)
             obs = result.obs

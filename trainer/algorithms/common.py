@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import numpy as np
@@ -37,6 +37,19 @@ class OnPolicyBatch:
             "state": torch.as_tensor(self.obs["state"]).flatten(0, 1),
             "images": {k: torch.as_tensor(v).flatten(0, 1) for k, v in self.obs["images"].items()},
         }
+
+    def to(self, device: torch.device) -> OnPolicyBatch:
+        """The batch on the learner's device: observations become tensors there; ``last_obs`` and
+        the episode summaries stay as they are (the policy moves what it reads)."""
+        move = lambda t: None if t is None else t.to(device)  # noqa: E731
+        obs = {
+            "state": torch.as_tensor(self.obs["state"], device=device),
+            "images": {k: torch.as_tensor(v, device=device) for k, v in self.obs["images"].items()},
+        }
+        tensors = ("samples", "log_probs", "values", "rewards", "dones", "terminated", "bootstrap_values")
+        return replace(
+            self, obs=obs, weights=move(self.weights), **{k: move(getattr(self, k)) for k in tensors}
+        )
 
 
 def select_obs(obs: dict[str, Any], idx: torch.Tensor) -> dict[str, Any]:
@@ -73,7 +86,7 @@ def bootstrap_values(policy: Policy, result: ChunkResult) -> torch.Tensor:
     if truncated and getattr(policy, "critic", None) is not None:
         final = SimVectorEnv.stack_obs([result.final_obs[i] for i in truncated])
         with torch.no_grad():
-            boot[truncated] = policy.value(final)
+            boot[truncated] = policy.value(final).cpu()
     return boot
 
 
@@ -97,6 +110,7 @@ class TrajectoryBuilder:
         self._episode_start = [0] * num_envs  # decision index where each env's current episode began
 
     def add(self, obs: dict[str, Any], out, result: ChunkResult, bootstrap: torch.Tensor) -> None:
+        out = out.cpu()  # the batch is assembled on the CPU, whatever device acted
         self.stored.append({"state": obs["state"], "images": {c: obs["images"][c] for c in self.cameras}})
         self.samples.append(out.samples)
         self.log_probs.append(out.log_prob)
@@ -145,7 +159,7 @@ def collect_on_policy(
     for _ in range(num_steps):
         policy.update_normalizers(obs)
         out = policy.act(obs, mode="sample")
-        result = venv.chunk_step(out.actions.numpy())
+        result = venv.chunk_step(out.actions.cpu().numpy())
         trajectory.add(obs, out, result, bootstrap_values(policy, result))
         obs = result.obs
     return trajectory.build(obs)

@@ -26,6 +26,7 @@ from trainer.algorithms.common import (
     policy_cameras,
     select_obs,
 )
+from trainer.devices import module_device
 
 
 @dataclass
@@ -83,6 +84,8 @@ class GRPO:
 
     def update(self, batch: OnPolicyBatch) -> dict[str, float]:
         cfg, policy = self.cfg, self.policy
+        device = module_device(policy)
+        batch = batch.to(device)
         groups = batch.rewards.shape[1] // cfg.group_size
         episode_adv, mask = self.group_advantages(batch, groups)
         advantages = (episode_adv.unsqueeze(0) * mask).flatten()
@@ -96,7 +99,7 @@ class GRPO:
         minibatch = max(1, size // cfg.num_minibatches)
         stats: dict[str, list[float]] = {"policy_loss": [], "entropy": [], "approx_kl": []}
         for _ in range(cfg.update_epochs):
-            order = torch.randperm(size)
+            order = torch.randperm(size, device=device)
             for start in range(0, size, minibatch):
                 idx = order[start : start + minibatch]
                 mb_obs = select_obs(obs, idx)

@@ -28,6 +28,7 @@ from trainer.algorithms.common import (
     select_obs,
     weighted_mean,
 )
+from trainer.devices import module_device
 
 
 @dataclass
@@ -70,6 +71,8 @@ class PPO:
 
     def update(self, batch: OnPolicyBatch) -> dict[str, float]:
         cfg, policy = self.cfg, self.policy
+        device = module_device(policy)
+        batch = batch.to(device)
         with torch.no_grad():
             last_values = policy.value(batch.last_obs)
         advantages, returns = generalized_advantages(batch, last_values, cfg.gamma, cfg.gae_lambda)
@@ -90,7 +93,7 @@ class PPO:
             k: [] for k in ("policy_loss", "value_loss", "entropy", "approx_kl", "clip_frac")
         }
         for _ in range(cfg.update_epochs):
-            order = torch.randperm(size)
+            order = torch.randperm(size, device=device)
             epoch_kl = []
             for start in range(0, size, minibatch):
                 idx = order[start : start + minibatch]

@@ -21,6 +21,7 @@ from sim_envs.vector import SimVectorEnv
 from trainer.algorithms.common import IterationResult, decisions_per_episode, policy_cameras
 from trainer.algorithms.critics import QEnsemble
 from trainer.algorithms.replay import ReplayBuffer
+from trainer.devices import module_device, tree_to
 
 
 @dataclass
@@ -53,11 +54,12 @@ def random_shift(images: torch.Tensor, pad: int, generator: torch.Generator | No
         return images
     b, h, w, _ = images.shape
     padded = functional.pad(images.permute(0, 3, 1, 2).float(), (pad, pad, pad, pad), mode="replicate")
-    dx = torch.randint(0, 2 * pad + 1, (b,), generator=generator)
-    dy = torch.randint(0, 2 * pad + 1, (b,), generator=generator)
-    rows = (dy[:, None] + torch.arange(h)[None]).clamp(max=h + 2 * pad - 1)
-    cols = (dx[:, None] + torch.arange(w)[None]).clamp(max=w + 2 * pad - 1)
-    batch = torch.arange(b)[:, None, None]
+    device = images.device
+    dx = torch.randint(0, 2 * pad + 1, (b,), generator=generator).to(device)
+    dy = torch.randint(0, 2 * pad + 1, (b,), generator=generator).to(device)
+    rows = (dy[:, None] + torch.arange(h, device=device)[None]).clamp(max=h + 2 * pad - 1)
+    cols = (dx[:, None] + torch.arange(w, device=device)[None]).clamp(max=w + 2 * pad - 1)
+    batch = torch.arange(b, device=device)[:, None, None]
     out = padded.permute(0, 2, 3, 1)[batch, rows[:, :, None], cols[:, None, :]]
     return out.to(images.dtype)
 
@@ -82,12 +84,15 @@ class SAC:
         self.cameras = policy_cameras(policy)
         action_dim = policy.spec.action.dim
         feature_dim = policy.encoder.out_dim
+        self.device = module_device(policy)  # critics, temperature and sampled batches live there too
         self.critic = QEnsemble(
             feature_dim + action_dim, cfg.critic_hidden, cfg.num_critics, cfg.critic_layer_norm
-        )
+        ).to(self.device)
         self.target_critic = copy.deepcopy(self.critic).requires_grad_(False)
         self.target_encoder = copy.deepcopy(policy.encoder).requires_grad_(False)
-        self.log_alpha = torch.tensor(float(np.log(cfg.init_temperature)), requires_grad=True)
+        self.log_alpha = torch.tensor(
+            float(np.log(cfg.init_temperature)), device=self.device, requires_grad=True
+        )
         self.target_entropy = -cfg.target_entropy_scale * action_dim
         actor_params = [p for n, p in policy.named_parameters() if not n.startswith("encoder.")]
         self.actor_optimizer = torch.optim.Adam(actor_params, lr=cfg.actor_learning_rate)
@@ -107,8 +112,8 @@ class SAC:
         episode_rows: list[list[int]] = [[] for _ in range(venv.num_envs)]  # buffer rows per env's episode
         for _ in range(decisions_per_episode(venv, self.policy)):
             unit_actions = self.explore(obs)
-            result = venv.chunk_step(self.policy.to_env_units(unit_actions).numpy()[:, None, :])
-            steps += self.observe(obs, unit_actions.numpy(), result, episode_rows)
+            result = venv.chunk_step(self.policy.to_env_units(unit_actions).cpu().numpy()[:, None, :])
+            steps += self.observe(obs, unit_actions.cpu().numpy(), result, episode_rows)
             finished.extend(result.finished)
             obs = result.obs
             while self.pending_updates >= 1.0:
@@ -175,7 +180,7 @@ class SAC:
 
     def update(self) -> dict[str, float]:
         cfg, policy = self.cfg, self.policy
-        batch = self.sample_batch()
+        batch = tree_to(self.sample_batch(), self.device)
         obs, next_obs = self._augment(batch["obs"]), self._augment(batch["next_obs"])
         alpha = self.log_alpha.exp().detach()
 
@@ -183,7 +188,7 @@ class SAC:
             next_features = policy.encoder(next_obs)
             next_actions, next_log_prob = policy.rsample(None, features=next_features)
             target_q = self.target_critic(self.target_encoder(next_obs), next_actions)
-            subset = torch.randperm(cfg.num_critics)[: cfg.critic_subset]
+            subset = torch.randperm(cfg.num_critics)[: cfg.critic_subset].to(self.device)
             next_value = target_q[subset].min(0).values - alpha * next_log_prob
             target = batch["reward"] + cfg.gamma * (1.0 - batch["terminated"]) * next_value
 

@@ -14,7 +14,8 @@ class ClusterConfig:
     """Placement of the env, rollout and actor roles.
 
     - ``sequential``: everything in this process, no Ray (the baseline, and the default).
-    - ``collocated``: all roles share one resource bundle and take turns (no overlap).
+    - ``collocated``: all roles share one resource bundle and take turns (no overlap); with
+      ``offload`` the idle role's model waits in host memory.
     - ``disaggregated``: each role gets its own bundle; env stages are pipelined against inference,
       and the update overlaps the next collection (the rollout runs ``policy_lag`` versions behind).
     - ``hybrid``: any mapping of roles to bundles (``bundles`` + ``roles``), pipelined.
@@ -34,6 +35,9 @@ class ClusterConfig:
     profile_iterations: int = 2  # auto: timed iterations per candidate (after one warm-up)
     max_retries: int = 2  # an iteration whose worker died is retried this often
     pin_cpus: bool = True  # one-node clusters: pin each bundle's workers to its own cores
+    # collocated on-policy: the phase that is not running keeps its model (and the actor its optimiser
+    # state) in host memory, so each phase has the GPU's memory to itself
+    offload: bool = False
 
     def __post_init__(self) -> None:
         if self.placement not in PLACEMENTS:

@@ -12,16 +12,13 @@ rollout keeps filling (a threaded Ray actor; :mod:`trainer.distributed.off_polic
 
 from __future__ import annotations
 
-import copy
 import threading
 import time
 from pathlib import Path
 
-import torch
-
-from protos import EnvSpec
 from trainer.algorithms.sac import mean_stats
-from trainer.distributed.workers import Decision, Stopwatch, Worker, settle_threads
+from trainer.devices import to_cpu, worker_device
+from trainer.distributed.workers import Decision, Stopwatch, Worker, build_algorithm, settle_threads
 
 
 class OffPolicyLearner(Worker):
@@ -37,14 +34,9 @@ class OffPolicyLearner(Worker):
         cpus: float = 1.0,
         cores=None,
     ) -> None:
-        from policies import PolicyConfig, make_policy
-        from trainer.algorithms.registry import algorithm_class
-
         settle_threads(cpus, cores)
-        torch.manual_seed(seed)
-        policy = make_policy(EnvSpec.from_dict(spec), PolicyConfig(**policy_config))
-        cls = algorithm_class(algorithm)
-        self.algorithm = cls(policy, cls.config_class(**algo_config))
+        self.device = worker_device()
+        self.algorithm = build_algorithm(spec, policy_config, algorithm, algo_config, seed, self.device)
         self.version = 0
         self.clock = Stopwatch()
         self._lock = threading.Condition()
@@ -134,13 +126,11 @@ class OffPolicyLearner(Worker):
     def weights(self) -> tuple[dict, int]:
         """A consistent copy of the policy's weights (the training thread keeps changing them)."""
         with self._lock:
-            return {
-                k: v.detach().clone() for k, v in self.algorithm.policy.state_dict().items()
-            }, self.version
+            return to_cpu(self.algorithm.policy.state_dict()), self.version
 
     def state(self) -> dict:
         with self._lock:  # a copy: Ray pickles it after the lock is released
-            return copy.deepcopy(
+            return to_cpu(
                 {
                     "policy": self.algorithm.policy.state_dict(),
                     "algorithm": self.algorithm.state_dict(),

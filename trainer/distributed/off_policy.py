@@ -28,6 +28,7 @@ from ray.exceptions import RayActorError, RayTaskError
 
 from sim_envs.vector import EpisodeSummary
 from trainer.algorithms.common import IterationResult
+from trainer.configs.loader import ConfigError
 from trainer.distributed.learner import OffPolicyLearner
 from trainer.distributed.placement import PlacementPlan
 from trainer.distributed.worker_group import WorkerGroup
@@ -43,6 +44,11 @@ class RayOffPolicy(WorkerGroup):
     """
 
     def __init__(self, plan: PlacementPlan, train_config, policy, algo_config) -> None:
+        if plan.offload:
+            raise ConfigError(
+                f"cluster.offload is for on-policy algorithms; {train_config.algorithm}'s learner "
+                "trains all the time, so its model never leaves the device"
+            )
         super().__init__(plan, train_config, policy)
         self.algo_config = algo_config
         self.sync_every = train_config.cluster.sync_every

@@ -12,6 +12,10 @@ One iteration, read top to bottom:
 4. The actor updates on it. With ``policy_lag=1`` the update runs while the next iteration collects
    with the previous weights; the new weights reach the rollout worker after that collection's
    calls, so the lag is exactly one version and is reported as ``train/policy_lag``.
+
+Collocated with ``cluster.offload``: the roles take turns on one device, and the one whose turn it
+is not waits in host memory: the rollout's model during the update, the actor's model and
+optimiser state during collection (``train/offload_s`` is the time spent moving them).
 """
 
 from __future__ import annotations
@@ -48,6 +52,8 @@ class RayOnPolicy(WorkerGroup):
         super().__init__(plan, train_config, policy)
         self.cameras = policy_cameras(policy)
         self._start_learner(ActorWorker, train_config, algo_config)
+        if plan.offload:
+            ray.get(self.actor.offload.remote())  # collection goes first
         self._pending = None  # the update in flight: (ref of (metrics, weights, version))
         self._flushed: dict = {}  # metrics of an update landed by flush(), not yet reported
         self._sync_rollout()
@@ -77,6 +83,7 @@ class RayOnPolicy(WorkerGroup):
             for k, env in zip(stages, self.envs)
         ]
         first = list(previous)
+        moves = [self.rollout.onload.remote()] if self.plan.offload else []  # runs before the acts
         acts: list[list] = [[] for _ in stages]
         steps: list[list] = [[] for _ in stages]
         for _ in range(self.decisions):
@@ -104,12 +111,20 @@ class RayOnPolicy(WorkerGroup):
             batches.append(trajectory.build(obs))
         collect_s = time.perf_counter() - tick
         batch = concat_batches(batches)
+        if self.plan.offload:  # the rollout's model leaves the device before the actor's arrives
+            moves.append(self.rollout.offload.remote())
+            ray.get(moves[-1])
+            moves.append(self.actor.onload.remote())
         update = self.actor.update.remote(batch, min(versions))
+        if self.plan.offload:
+            moves.append(self.actor.offload.remote())
         if self.plan.policy_lag == 0:
             update_metrics = self._publish(update)
         else:
             self._pending = update
         update_metrics["collect_s"] = collect_s
+        if moves:
+            update_metrics["offload_s"] = float(sum(ray.get(moves)))
         return IterationResult(batch.env_steps, batch.finished, update_metrics)
 
     def stage_seeds(self, seed: int, stage: int) -> list[int] | None:

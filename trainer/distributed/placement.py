@@ -25,6 +25,7 @@ class PlacementPlan:
     policy_lag: int
     cpu_sets: tuple[tuple[int, ...], ...] | None = None  # cores per bundle, when pinned
     env_bundles: tuple[int, ...] = ()  # env stages spread round robin over these, when several
+    offload: bool = False  # collocated: the idle role's model waits in host memory
 
     def bundle_of(self, role: str, stage: int = 0) -> int:
         if role == "env" and self.env_bundles:
@@ -85,10 +86,15 @@ def plan_placement(
         raise ConfigError(f"cluster.policy_lag must be 0 or 1, got {config.policy_lag}")
     if config.sync_every < 1:
         raise ConfigError(f"cluster.sync_every must be >= 1, got {config.sync_every}")
+    if config.offload and config.placement != "auto" and mode != "collocated":
+        raise ConfigError(
+            f"cluster.offload needs cluster.placement=collocated (got {mode}): only collocated roles "
+            "take turns on the device, the other modes run them at the same time"
+        )
     cpus = float(available.get("CPU", 0))
     if mode == "collocated":
         bundles = tuple(config.bundles[:1]) or ({"CPU": cpus},)
-        plan = PlacementPlan(mode, bundles, {role: 0 for role in ROLES}, 1, 0)
+        plan = PlacementPlan(mode, bundles, {role: 0 for role in ROLES}, 1, 0, offload=config.offload)
     elif mode == "disaggregated":
         bundles = tuple(config.bundles) or ({"CPU": cpus / 3},) * 3
         if len(bundles) != 3:

@@ -1,7 +1,9 @@
 """The worker roles. Plain classes; :mod:`trainer.distributed.on_policy` and
 :mod:`trainer.distributed.off_policy` make them Ray actors.
 
-Each keeps the seconds it spent working, so the loop can report a per-phase time breakdown.
+Each keeps the seconds it spent working, so the loop can report a per-phase time breakdown. Models
+live on the worker's device: ``cuda`` when Ray gave the worker a GPU share, else the CPU. What
+leaves a worker (actions, weights, checkpoint state) is on the CPU.
 """
 
 from __future__ import annotations
@@ -13,9 +15,11 @@ from typing import Any
 
 import numpy as np
 import torch
+from torch import nn
 
 from protos import EnvSpec
 from trainer.algorithms.common import bootstrap_values
+from trainer.devices import CPU, optimizer_to, release_cached_memory, to_cpu, worker_device
 
 
 class Stopwatch:
@@ -58,13 +62,56 @@ class Decision:
     unit_actions: np.ndarray | None = None  # off-policy: the actions in [-1, 1], as stored in replay
 
 
+def build_algorithm(spec: dict, policy_config: dict, algorithm: str, algo_config: dict, seed: int, device):
+    """A learning worker's algorithm: a fresh policy from ``seed`` on ``device``, and its optimisers."""
+    from policies import PolicyConfig, make_policy
+    from trainer.algorithms.registry import algorithm_class
+
+    torch.manual_seed(seed)
+    policy = make_policy(EnvSpec.from_dict(spec), PolicyConfig(**policy_config)).to(device)
+    cls = algorithm_class(algorithm)
+    return cls(policy, cls.config_class(**algo_config))
+
+
 class Worker:
-    """What every role reports: seconds spent working, its process and its Ray node."""
+    """What every role reports: seconds spent working, its process and its Ray node; and, for roles
+    with a model, moving it to host memory and back (collocated placement's offload)."""
 
     clock: Stopwatch
+    device: torch.device = CPU
 
     def busy(self) -> dict[str, float]:
         return self.clock.totals()
+
+    def placed_state(self) -> tuple[list[nn.Module], list[torch.optim.Optimizer]]:
+        """The models and optimisers that live on this worker's device (none for env workers)."""
+        return [], []
+
+    def offload(self) -> float:
+        """Move the models and optimiser state to host memory and free the device's cache; seconds."""
+        return self._move_to(CPU)
+
+    def onload(self) -> float:
+        """Bring them back to the worker's device; seconds."""
+        return self._move_to(self.device)
+
+    def _move_to(self, device: torch.device) -> float:
+        tick = time.perf_counter()
+        modules, optimizers = self.placed_state()
+        for module in modules:
+            module.to(device)
+        for optimizer in optimizers:
+            optimizer_to(optimizer, device)
+        if device.type == "cpu":
+            release_cached_memory(self.device)
+        return time.perf_counter() - tick
+
+    def device_memory(self) -> int:
+        """Bytes this process holds in tensors on its GPU (0 on the CPU)."""
+        return torch.cuda.memory_allocated() if self.device.type == "cuda" else 0
+
+    def device_name(self) -> str:
+        return str(self.device)
 
     def pid(self) -> int:
         return os.getpid()
@@ -105,9 +152,14 @@ class RolloutWorker(Worker):
         from policies import PolicyConfig, make_policy
 
         settle_threads(cpus, cores, threads=1)  # small inference batches: more threads only contend
-        self.policy = make_policy(EnvSpec.from_dict(spec), PolicyConfig(**policy_config)).eval()
+        self.device = worker_device()
+        self.policy = make_policy(EnvSpec.from_dict(spec), PolicyConfig(**policy_config))
+        self.policy.eval().to(self.device)
         self.version = 0
         self.clock = Stopwatch()
+
+    def placed_state(self):
+        return [self.policy], []
 
     def set_weights(self, state: dict, version: int) -> int:
         self.policy.load_state_dict(state)
@@ -125,7 +177,7 @@ class RolloutWorker(Worker):
         with self.clock:
             is_step = not isinstance(previous, dict)
             obs = previous.obs if is_step else previous
-            out = self.policy.act(obs, mode="sample")
+            out = self.policy.act(obs, mode="sample").cpu()
             boot = bootstrap_values(self.policy, previous) if is_step else None
         return Decision(out.actions.numpy(), self.version, output=out, bootstrap=boot)
 
@@ -138,8 +190,8 @@ class RolloutWorker(Worker):
                 unit = torch.rand(obs["state"].shape[0], self.policy.spec.action.dim) * 2.0 - 1.0
             else:
                 unit, _ = self.policy.rsample(obs)
-            env_actions = self.policy.to_env_units(unit).numpy()[:, None, :]
-        return Decision(env_actions, self.version, unit_actions=unit.numpy())
+            env_actions = self.policy.to_env_units(unit).cpu().numpy()[:, None, :]
+        return Decision(env_actions, self.version, unit_actions=unit.cpu().numpy())
 
     def finish(self, result) -> torch.Tensor:
         with self.clock:
@@ -161,19 +213,17 @@ class ActorWorker(Worker):
         cpus: float = 1.0,
         cores=None,
     ) -> None:
-        from policies import PolicyConfig, make_policy
-        from trainer.algorithms.registry import algorithm_class
-
         settle_threads(cpus, cores)
-        torch.manual_seed(seed)
-        policy = make_policy(EnvSpec.from_dict(spec), PolicyConfig(**policy_config))
-        cls = algorithm_class(algorithm)
-        self.algorithm = cls(policy, cls.config_class(**algo_config))
+        self.device = worker_device()
+        self.algorithm = build_algorithm(spec, policy_config, algorithm, algo_config, seed, self.device)
         self.version = 0
         self.clock = Stopwatch()
 
+    def placed_state(self):
+        return [self.algorithm.policy], [self.algorithm.optimizer]
+
     def weights(self) -> tuple[dict, int]:
-        return self.algorithm.policy.state_dict(), self.version
+        return to_cpu(self.algorithm.policy.state_dict()), self.version
 
     def update(self, batch, behaviour_version: int) -> tuple[dict, dict, int]:
         with self.clock:
@@ -181,14 +231,16 @@ class ActorWorker(Worker):
             metrics = self.algorithm.update(batch)
             metrics["policy_lag"] = float(self.version - behaviour_version)
             self.version += 1
-        return metrics, self.algorithm.policy.state_dict(), self.version
+        return metrics, to_cpu(self.algorithm.policy.state_dict()), self.version
 
     def state(self) -> dict:
-        return {
-            "policy": self.algorithm.policy.state_dict(),
-            "algorithm": self.algorithm.state_dict(),
-            "version": self.version,
-        }
+        return to_cpu(
+            {
+                "policy": self.algorithm.policy.state_dict(),
+                "algorithm": self.algorithm.state_dict(),
+                "version": self.version,
+            }
+        )
 
     def load_state(self, state: dict) -> None:
         self.algorithm.policy.load_state_dict(state["policy"])

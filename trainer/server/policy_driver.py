@@ -47,7 +47,7 @@ class PolicyDriver:
                 "instruction": [obs.instruction],
             }
             with torch.no_grad():
-                return policy.act(to_tensors(batch), mode=self.mode).actions[0].numpy()
+                return policy.act(to_tensors(batch), mode=self.mode).actions[0].cpu().numpy()
 
         async def remote(obs: pb.Observation) -> np.ndarray:
             return await asyncio.get_running_loop().run_in_executor(self.inference, infer, obs)
