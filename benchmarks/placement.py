@@ -109,15 +109,16 @@ def run_ray(config, ppo_cfg, iterations: int, cluster: ClusterConfig) -> dict:
         trainer.iterate(None, 0)  # warm-up
         trainer.flush()
         busy0 = trainer.busy_seconds()
-        start, steps = time.perf_counter(), 0
+        start, start_cpu, steps = time.perf_counter(), time.process_time(), 0
         for i in range(1, iterations + 1):
             steps += trainer.iterate(None, i * 100).env_steps
         trainer.flush()  # the last update is inside the timed window
-        wall = time.perf_counter() - start
+        wall, driver_cpu = time.perf_counter() - start, time.process_time() - start_cpu
         busy = {
             role: {key: value - busy0[role][key] for key, value in clock.items()}
             for role, clock in trainer.busy_seconds().items()
         }
+        busy["driver"] = {"cpu_s": driver_cpu, "wall_s": wall}  # the loop itself: submitting, gathering
     finally:
         trainer.close()
     return {
