@@ -10,7 +10,8 @@
    total (more demos) is scored too: the fair comparison.
 
 The twin runs with privileged state (object poses; a stand-in for a perception module) so that a state
-MLP can learn the task; images would need image BC.
+MLP can learn the task in a few rounds. The same loop fits CNN policies from the recorded cameras
+(``trainer/algorithms/bc.py``; ``benchmarks/bc_image.py`` measures image BC), at many more demos.
 
     python benchmarks/hg_dagger.py [--demos 3] [--rounds 5] [--episodes 4] [--eval-seeds 20] [--out FILE]
 """
@@ -24,7 +25,6 @@ import threading
 import time
 from pathlib import Path
 
-import numpy as np
 import torch
 
 import sim_envs
@@ -37,7 +37,8 @@ from robot_agent.recording import LocalDataset
 from robot_agent.spool import EpisodeSpool
 from robot_agent.teleop import make_teleop
 from robot_agent.teleop_session import TeleopSession
-from trainer.algorithms.bc import Regression, load_frames
+from trainer.algorithms.bc import Regression
+from trainer.algorithms.demonstrations import Demonstrations, load_demonstrations
 from trainer.server.config import load_serve_config
 from trainer.server.serve import dagger
 
@@ -68,11 +69,13 @@ def record_demos(root: Path, work: Path, episodes: int, twin: dict, seed: int) -
 def fit_bc(spec, datasets: list[Path], updates: int, seed: int):
     torch.manual_seed(seed)
     policy = make_policy(spec, POLICY)
-    states, actions = zip(*(load_frames(str(d), "action.human", only_interventions=True) for d in datasets))
+    demos = Demonstrations.concatenate(
+        [load_demonstrations(d, "action.human", "interventions") for d in datasets]
+    )
     regression = Regression(policy, learning_rate=1e-3, batch_size=256)
-    regression.set_data(np.concatenate(states), np.concatenate(actions))
+    regression.set_data(demos)
     regression.fit(updates)
-    return policy.eval(), len(np.concatenate(states))
+    return policy.eval(), len(demos)
 
 
 @torch.no_grad()
@@ -174,7 +177,9 @@ def main() -> None:
     # Fair comparison: BC on demos alone, with as many expert frames as HG-DAgger had in total.
     extra = args.work / "more-demos"
     while True:
-        have = demo_frames + (len(load_frames(str(extra), "action.human", True)[0]) if extra.exists() else 0)
+        have = demo_frames + (
+            len(load_demonstrations(extra, "action.human", "interventions")) if extra.exists() else 0
+        )
         if have >= expert_frames:
             break
         record_demos(extra, args.work, 1, twin, args.seed + 500 + have)

@@ -35,6 +35,26 @@ class DatasetError(ValueError):
     """The dataset on disk does not match what is being written to it."""
 
 
+@dataclass(frozen=True)
+class VideoFormat:
+    """How camera streams are encoded. The default is LeRobot's (h264, yuv420p, the codec's quality).
+
+    yuv420p halves the colour resolution, so a one-pixel target in a small sim image loses its colour;
+    :meth:`lossless` (yuv444p at crf 0) keeps it, at a few kB per episode for 64 px images.
+    """
+
+    codec: str = "libx264"
+    pix_fmt: str = "yuv420p"
+    crf: int | None = None  # None: the codec's default
+
+    @classmethod
+    def lossless(cls) -> VideoFormat:
+        return cls(codec="libx264", pix_fmt="yuv444p", crf=0)
+
+
+DEFAULT_VIDEO = VideoFormat()
+
+
 @dataclass
 class EpisodeFrames:
     """One episode, frame by frame: images per camera, vectors and scalars per feature, one task."""
@@ -58,10 +78,10 @@ class LeRobotWriter:
     """Appends episodes to a LeRobot v3 dataset at ``root`` (created, or reopened to append)."""
 
     def __init__(
-        self, root: str | Path, fps: float, robot_type: str = "", video_codec: str = "libx264"
+        self, root: str | Path, fps: float, robot_type: str = "", video: VideoFormat = DEFAULT_VIDEO
     ) -> None:
         self.root = Path(root)
-        self.fps, self.robot_type, self.video_codec = fps, robot_type, video_codec
+        self.fps, self.robot_type, self.video = fps, robot_type, video
         self.info: dict | None = None
         self.episodes: list[dict] = []
         self.tasks: dict[str, int] = {}
@@ -156,8 +176,10 @@ class LeRobotWriter:
 
         def write(target: Path) -> None:
             with av.open(str(target), "w", format="mp4") as container:
-                stream = container.add_stream(self.video_codec, rate=round(self.fps))
-                stream.width, stream.height, stream.pix_fmt = width, height, "yuv420p"
+                stream = container.add_stream(self.video.codec, rate=round(self.fps))
+                stream.width, stream.height, stream.pix_fmt = width, height, self.video.pix_fmt
+                if self.video.crf is not None:
+                    stream.options = {"crf": str(self.video.crf)}
                 for image in frames:
                     for packet in stream.encode(
                         av.VideoFrame.from_ndarray(np.ascontiguousarray(image), format="rgb24")
@@ -203,9 +225,9 @@ class LeRobotWriter:
                     "video.height": height,
                     "video.width": width,
                     "video.codec": {"libx264": "h264", "libsvtav1": "av1"}.get(
-                        self.video_codec, self.video_codec
+                        self.video.codec, self.video.codec
                     ),
-                    "video.pix_fmt": "yuv420p",
+                    "video.pix_fmt": self.video.pix_fmt,
                     "video.is_depth_map": False,
                     "video.fps": self.fps,
                     "video.channels": 3,

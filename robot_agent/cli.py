@@ -158,6 +158,7 @@ def connect(args: argparse.Namespace) -> int:
 def teleop(args: argparse.Namespace) -> int:
     import threading
 
+    from protos.lerobot_dataset import VideoFormat
     from robot_agent.drivers import UnknownDriverError, make_driver
     from robot_agent.recording import LocalDataset
     from robot_agent.spool import EpisodeSpool
@@ -178,7 +179,9 @@ def teleop(args: argparse.Namespace) -> int:
             args, file_data
         )  # after the driver: a failed start leaves no terminal in raw mode
         spool = EpisodeSpool(Path(config.spool_dir).expanduser() / f"{config.robot_id}-teleop")
-        dataset = LocalDataset(args.record_dir, spool, driver.spec, config.robot_id, args.video_codec)
+        dataset = LocalDataset(
+            args.record_dir, spool, driver.spec, config.robot_id, VideoFormat(args.video_codec)
+        )
         stop = threading.Event()
 
         def report(episode: TeleopEpisode) -> None:

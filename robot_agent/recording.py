@@ -13,7 +13,7 @@ from pathlib import Path
 from protos import robot_link_pb2 as pb
 from protos.env_spec import EnvSpec
 from protos.episode_frames import robot_episode_frames
-from protos.lerobot_dataset import LeRobotWriter
+from protos.lerobot_dataset import DEFAULT_VIDEO, LeRobotWriter, VideoFormat
 from robot_agent.spool import EpisodeSpool
 
 log = logging.getLogger(__name__)
@@ -28,7 +28,7 @@ class LocalDataset:
         spool: EpisodeSpool,
         spec: EnvSpec,
         robot_id: str,
-        video_codec: str = "libx264",
+        video: VideoFormat = DEFAULT_VIDEO,
     ) -> None:
         try:
             import av  # noqa: F401
@@ -40,9 +40,7 @@ class LocalDataset:
             ) from None
         self.root, self.spool, self.spec, self.robot_id = Path(root), spool, spec, robot_id
         # Reopening checks the dataset's fps against this robot's rate (a DatasetError, a ValueError).
-        self.writer = LeRobotWriter(
-            self.root, fps=spec.control_hz, robot_type=robot_id, video_codec=video_codec
-        )
+        self.writer = LeRobotWriter(self.root, fps=spec.control_hz, robot_type=robot_id, video=video)
 
     def store(self, episode_id: str) -> pb.EpisodeEvent:
         """Record one finished spooled episode (if it has steps) and drop it from the spool."""

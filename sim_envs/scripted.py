@@ -6,6 +6,8 @@ as "the human" stand-in in tests. They read the state by field name through the 
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import numpy as np
 
 from protos import EnvSpec
@@ -154,3 +156,33 @@ def scripted_policy(spec: EnvSpec):
             f"scripted controllers drive ee_delta_pose+gripper actions, not {spec.action.kind!r}"
         )
     return SCRIPTED_POLICIES[task](spec)
+
+
+@dataclass
+class ExpertEpisode:
+    """One scripted episode as the policy saw it: its observations and the expert's actions."""
+
+    states: np.ndarray  # float32 [T, D]: the env's state (privileged or not, as configured)
+    actions: np.ndarray  # float32 [T, A]
+    images: dict[str, list[np.ndarray]]  # camera -> T frames
+    success: bool
+
+
+def play_expert(env, seed: int) -> ExpertEpisode:
+    """Run the scripted controller for one episode of a ``FrankaEnv`` from ``reset(seed)``. The expert
+    reads the privileged state (e.g. the goal) even when the env does not show it to the policy."""
+    expert = scripted_policy(env.privileged_spec())
+    obs, _ = env.reset(seed=seed)
+    states, actions, images = [], [], {name: [] for name in env.env_spec.camera_names}
+    success = False
+    for _ in range(env.env_spec.max_episode_steps):
+        action = expert.act({"state": env.privileged_state()}).astype(np.float32)
+        states.append(obs["state"])
+        actions.append(action)
+        for name in images:
+            images[name].append(obs["images"][name])
+        obs, _, terminated, truncated, info = env.step(action)
+        success = bool(info.get("success", False))
+        if terminated or truncated:
+            break
+    return ExpertEpisode(np.stack(states), np.stack(actions), images, success)

@@ -20,6 +20,7 @@ import pytest
 
 from protos import robot_link_pb2 as pb
 from protos import robot_link_pb2_grpc as pb_grpc
+from robot_agent.teleop import make_teleop
 from tests.integration.link_harness import start_agent, wait_until
 from trainer.server.config import load_serve_config
 from trainer.server.serve import serve
@@ -79,18 +80,26 @@ def dataset(root: Path) -> tuple[dict, pd.DataFrame, pd.DataFrame]:
     return info, episodes, frames
 
 
-def test_two_agents_stream_and_record_five_episodes_each(tmp_path):
-    served = ServeThread(tmp_path, "collect.episodes_per_robot=5")
-    port = served.server.port
-    agents = [start_agent(port, tmp_path / f"spool{i}", robot_id=f"twin-{i}", driver=SHORT) for i in range(2)]
+def collect_from_two_twins(tmp_path: Path, episodes_each: int, *overrides: str, teleop: str = ""):
+    """Two twin agents (each with its own ``always`` expert device if ``teleop``) into one collect server."""
+    served = ServeThread(tmp_path, f"collect.episodes_per_robot={episodes_each}", *overrides)
+    agents = [
+        start_agent(served.server.port, tmp_path / f"spool{i}", robot_id=f"twin-{i}", driver=SHORT,
+                    teleop=make_teleop(teleop, {"mode": "always"}) if teleop else None)
+        for i in range(2)
+    ]  # fmt: skip
     try:
-        wait_until(lambda: sum(s.stats.episodes_stored for s in served.server.sessions.values()) >= 10, timeout=120,
-                   what="ten recorded episodes")  # fmt: skip
+        wait_until(lambda: sum(s.stats.episodes_stored for s in served.server.sessions.values()) >= 2 * episodes_each,
+                   timeout=120, what=f"{2 * episodes_each} recorded episodes")  # fmt: skip
     finally:
         for agent in agents:
             agent.stop()
         served.stop()
-    info, episodes, frames = dataset(tmp_path / "ds")
+    return dataset(tmp_path / "ds")
+
+
+def test_two_agents_stream_and_record_five_episodes_each(tmp_path):
+    info, episodes, frames = collect_from_two_twins(tmp_path, 5)
     assert info["total_episodes"] == 10 and info["fps"] == 20.0
     assert sorted(episodes["source"].value_counts().tolist()) == [5, 5]
     assert set(episodes["source"]) == {"robot:twin-0", "robot:twin-1"}
@@ -101,6 +110,28 @@ def test_two_agents_stream_and_record_five_episodes_each(tmp_path):
     video = tmp_path / "ds" / "videos" / "observation.images.wrist" / "chunk-000" / "file-009.mp4"
     with av.open(str(video)) as container:
         assert sum(1 for _ in container.decode(video=0)) == 20
+
+
+def test_collect_centralises_teleoperated_demonstrations_from_two_robots(tmp_path):
+    """Each robot's device drives every tick (the twin's expert stands in for a person); the trainer
+    holds the arm still and records both robots' demonstrations, flagged as human, in one dataset."""
+    _, episodes, frames = collect_from_two_twins(tmp_path, 2, "collect.policy=hold", teleop="expert")
+    assert sorted(episodes["source"]) == ["robot:twin-0"] * 2 + ["robot:twin-1"] * 2
+    assert frames["intervention"].all() and len(frames) == 4 * 20
+    human, executed = np.stack(frames["action.human"].to_numpy()), np.stack(frames["action"].to_numpy())
+    # What ran is the human's action through the agent's safety: the same direction, never longer.
+    shortened = np.linalg.norm(executed[:, :3], axis=1) / np.maximum(
+        np.linalg.norm(human[:, :3], axis=1), 1e-9
+    )
+    np.testing.assert_allclose(executed[:, :3], human[:, :3] * shortened[:, None], atol=1e-5)
+    assert (shortened <= 1 + 1e-5).all() and (shortened < 0.9).any()  # far from the goal the step is capped
+    np.testing.assert_allclose(executed[:, 3:], human[:, 3:], atol=1e-5)
+    hold = np.zeros(executed.shape[1], np.float32)
+    hold[-1] = 1.0
+    np.testing.assert_array_equal(
+        np.stack(frames["action.policy"].to_numpy()), np.tile(hold, (len(frames), 1))
+    )
+    assert frames.groupby("episode_index")["next.success"].any().mean() >= 0.5  # the demos reach the goal
 
 
 def test_a_killed_and_restarted_server_loses_no_acknowledged_episode(tmp_path):

@@ -3,8 +3,8 @@ import pytest
 import torch
 
 import sim_envs
+from trainer.algorithms.common import random_shift
 from trainer.algorithms.replay import ReplayBuffer
-from trainer.algorithms.sac import random_shift
 
 
 @pytest.fixture(scope="module")

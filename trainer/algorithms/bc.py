@@ -1,24 +1,26 @@
 """Behaviour cloning from a LeRobot v3 dataset, read top to bottom.
 
-The dataset's frames (``observation.state`` and the action column ``algo.action_key``) are loaded
-once. Each iteration runs ``updates_per_iteration`` regression steps on random minibatches: the
-squashed mean of the policy's action distribution against the recorded action, in the policy's
-[-1, 1] units. It then plays one greedy episode per env, so the run logs return and success like
-every other algorithm. ``only_interventions`` keeps just the frames a human drove (HG-DAgger's
-expert data). State policies only, for now.
+The dataset is loaded once (:mod:`trainer.algorithms.demonstrations`): states, the policy's cameras'
+frames decoded from the mp4s, and for each frame the recorded action (``algo.action_key``) and the
+next ``chunk_size - 1``. Each iteration runs ``updates_per_iteration`` regression steps on random
+minibatches: the squashed mean of the policy's action distribution against the recorded chunk, in
+the policy's [-1, 1] units, over the valid chunk steps only. Camera frames get a DrQ random shift.
+The iteration then plays one greedy episode per env, so the run logs return and success like every
+other algorithm. ``only_interventions`` keeps just the frames a human drove (HG-DAgger's expert data).
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from pathlib import Path
 
 import numpy as np
 import torch
 
 from policies import Policy
+from protos.lerobot_dataset import DatasetError
 from sim_envs.vector import SimVectorEnv
-from trainer.algorithms.common import IterationResult, decisions_per_episode
+from trainer.algorithms.common import IterationResult, decisions_per_episode, random_shift
+from trainer.algorithms.demonstrations import Demonstrations, describe_empty, load_demonstrations
 from trainer.devices import module_device
 
 
@@ -30,61 +32,47 @@ class BCConfig:
     learning_rate: float = 1e-3
     batch_size: int = 256
     updates_per_iteration: int = 200
+    image_shift: int = 4  # DrQ random shift of camera frames in pixels, 0 disables
 
 
-def read_frames(root: str):
-    """Every frame of a LeRobot v3 dataset (its ``data/`` parquet files) as one pandas DataFrame."""
-    import pandas as pd
-
-    files = sorted((Path(root) / "data").rglob("*.parquet"))
-    if not files:
-        raise ValueError(f"dataset {root!r} holds no LeRobot v3 frames (data/chunk-*/file-*.parquet)")
-    return pd.concat([pd.read_parquet(f) for f in files], ignore_index=True)
-
-
-def select_frames(frames, action_key: str, only_interventions: bool) -> tuple[np.ndarray, np.ndarray]:
-    """(states [N, D], actions [N, A]) from frames; just the human-driven ones if ``only_interventions``."""
-    for column in ("observation.state", action_key):
-        if column not in frames.columns:
-            raise ValueError(f"the dataset has no {column!r} column; it has {sorted(frames.columns)}")
-    if only_interventions:
-        if "intervention" not in frames.columns:
-            raise ValueError("only_interventions needs the dataset's 'intervention' column")
-        frames = frames[frames["intervention"].astype(bool)]
-        if frames.empty:
-            raise ValueError("only_interventions: the dataset has no intervened frames")
-    states = np.stack(frames["observation.state"].to_numpy()).astype(np.float32)
-    actions = np.stack(frames[action_key].to_numpy()).astype(np.float32)
-    return states, actions
-
-
-def load_frames(root: str, action_key: str, only_interventions: bool) -> tuple[np.ndarray, np.ndarray]:
-    """(states [N, D], actions [N, A]) from a LeRobot v3 dataset's parquet frames."""
-    return select_frames(read_frames(root), action_key, only_interventions)
+def policy_demonstrations(policy: Policy, root: str, action_key: str, selection: str) -> Demonstrations:
+    """A dataset's frames as ``policy`` needs them: its chunk size and its cameras."""
+    cameras = policy.encoder.cameras if hasattr(policy, "encoder") else []
+    return load_demonstrations(root, action_key, selection, policy.chunk_size, cameras)
 
 
 class Regression:
-    """The regression itself: a state policy's squashed mean action onto recorded actions."""
+    """The regression itself: a policy's squashed mean action chunk onto recorded chunks."""
 
-    def __init__(self, policy: Policy, learning_rate: float, batch_size: int) -> None:
-        if policy.cfg.kind != "mlp" or policy.chunk_size != 1:
-            raise ValueError(
-                "bc trains state policies with one-action chunks (policy.kind=mlp, policy.chunk_size=1)"
-            )
-        self.policy, self.batch_size = policy, batch_size
+    def __init__(self, policy: Policy, learning_rate: float, batch_size: int, image_shift: int = 4) -> None:
+        if not hasattr(policy, "squash"):
+            raise ValueError(f"bc trains the Gaussian MLP/CNN policies, not {type(policy).__name__}")
+        self.policy, self.batch_size, self.image_shift = policy, batch_size, image_shift
         self.optimizer = torch.optim.Adam(policy.parameters(), lr=learning_rate)
 
-    def set_data(self, states: np.ndarray, actions: np.ndarray) -> None:
+    def set_data(self, demos: Demonstrations) -> None:
         """The frames to fit: actions in the env's units, mapped into the policy's [-1, 1]."""
-        spec = self.policy.spec
-        if states.shape[1] != spec.state_dim or actions.shape[1] != spec.action.dim:
-            raise ValueError(
-                f"the dataset has state {states.shape[1]} / action {actions.shape[1]}, "
+        spec, chunk = self.policy.spec, self.policy.chunk_size
+        if len(demos) == 0:
+            raise DatasetError("there are no frames to fit")
+        if demos.states.shape[1] != spec.state_dim or demos.actions.shape[2] != spec.action.dim:
+            raise DatasetError(
+                f"the dataset has state {demos.states.shape[1]} / action {demos.actions.shape[2]}, "
                 f"the env has state {spec.state_dim} / action {spec.action.dim}"
             )
+        if demos.actions.shape[1] != chunk:
+            raise DatasetError(f"the targets are {demos.actions.shape[1]}-step chunks, the policy's {chunk}")
+        for camera in self.policy.encoder.cameras:
+            want, have = tuple(spec.camera(camera).shape), demos.images[camera].shape[1:]
+            if have != want:
+                raise DatasetError(
+                    f"camera {camera!r} frames are {list(have)} in the dataset, the env's {list(want)}"
+                )
         device = module_device(self.policy)
-        self.states = torch.as_tensor(states, device=device)
-        self.targets = torch.as_tensor(spec.action.to_unit(actions), device=device)
+        self.states = torch.as_tensor(demos.states, device=device)
+        self.images = {c: torch.as_tensor(v, device=device) for c, v in demos.images.items()}
+        self.targets = torch.as_tensor(spec.action.to_unit(demos.actions), device=device)
+        self.valid = torch.as_tensor(demos.action_valid, dtype=torch.float32, device=device)
         self.policy.update_normalizers({"state": self.states})
 
     def fit(self, updates: int) -> float:
@@ -93,9 +81,12 @@ class Regression:
         self.policy.train()
         for _ in range(updates):
             idx = torch.randint(0, len(self.states), (self.batch_size,)).to(self.states.device)
-            features = self.policy.encoder({"state": self.states[idx], "images": {}})
+            images = {c: random_shift(v[idx], self.image_shift) for c, v in self.images.items()}
+            features = self.policy.encoder({"state": self.states[idx], "images": images})
             predicted = self.policy.squash(self.policy.distribution(features).mean)
-            loss = torch.nn.functional.mse_loss(predicted, self.targets[idx])
+            errors = (predicted.reshape(self.targets[idx].shape) - self.targets[idx]).pow(2).mean(-1)
+            valid = self.valid[idx]
+            loss = (errors * valid).sum() / valid.sum().clamp(min=1.0)
             self.optimizer.zero_grad()
             loss.backward()
             self.optimizer.step()
@@ -104,18 +95,22 @@ class Regression:
 
 
 class BC:
-    """Behaviour cloning of a Gaussian / tanh-Gaussian state policy (its mean action)."""
+    """Behaviour cloning of a Gaussian / tanh-Gaussian MLP or CNN policy (its mean action chunk)."""
 
     config_class = BCConfig
 
     def __init__(self, policy: Policy, cfg: BCConfig) -> None:
-        self.regression = Regression(policy, cfg.learning_rate, cfg.batch_size)
+        self.regression = Regression(policy, cfg.learning_rate, cfg.batch_size, cfg.image_shift)
         if not cfg.dataset:
             raise ValueError("bc needs algo.dataset, a LeRobot v3 dataset folder")
         self.policy, self.cfg = policy, cfg
+        selection = "interventions" if cfg.only_interventions else "all"
         try:
-            self.regression.set_data(*load_frames(cfg.dataset, cfg.action_key, cfg.only_interventions))
-        except ValueError as exc:
+            demos = policy_demonstrations(policy, cfg.dataset, cfg.action_key, selection)
+            if len(demos) == 0:
+                raise DatasetError(describe_empty(selection, cfg.action_key))
+            self.regression.set_data(demos)
+        except DatasetError as exc:
             raise ValueError(f"algo.dataset={cfg.dataset!r}: {exc}") from None
         self.optimizer = self.regression.optimizer
 

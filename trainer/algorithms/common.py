@@ -7,6 +7,7 @@ from typing import Any
 
 import numpy as np
 import torch
+from torch.nn import functional
 
 from policies import Policy
 from sim_envs.vector import ChunkResult, EpisodeSummary, SimVectorEnv
@@ -247,3 +248,19 @@ def decisions_per_episode(venv: SimVectorEnv, policy: Policy) -> int:
 
 def policy_cameras(policy: Policy) -> list[str]:
     return list(policy.cfg.cameras) if policy.cfg.kind == "cnn" else []
+
+
+def random_shift(images: torch.Tensor, pad: int, generator: torch.Generator | None = None) -> torch.Tensor:
+    """Pad by replicating edges, then crop back at a random offset per image ([B, H, W, 3] uint8)."""
+    if pad <= 0:
+        return images
+    b, h, w, _ = images.shape
+    padded = functional.pad(images.permute(0, 3, 1, 2).float(), (pad, pad, pad, pad), mode="replicate")
+    device = images.device
+    dx = torch.randint(0, 2 * pad + 1, (b,), generator=generator).to(device)
+    dy = torch.randint(0, 2 * pad + 1, (b,), generator=generator).to(device)
+    rows = (dy[:, None] + torch.arange(h, device=device)[None]).clamp(max=h + 2 * pad - 1)
+    cols = (dx[:, None] + torch.arange(w, device=device)[None]).clamp(max=w + 2 * pad - 1)
+    batch = torch.arange(b, device=device)[:, None, None]
+    out = padded.permute(0, 2, 3, 1)[batch, rows[:, :, None], cols[:, None, :]]
+    return out.to(images.dtype)

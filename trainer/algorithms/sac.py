@@ -14,11 +14,10 @@ from pathlib import Path
 
 import numpy as np
 import torch
-from torch.nn import functional
 
 from policies import Policy
 from sim_envs.vector import SimVectorEnv
-from trainer.algorithms.common import IterationResult, decisions_per_episode, policy_cameras
+from trainer.algorithms.common import IterationResult, decisions_per_episode, policy_cameras, random_shift
 from trainer.algorithms.critics import QEnsemble
 from trainer.algorithms.replay import ReplayBuffer
 from trainer.devices import module_device, tree_to
@@ -46,22 +45,6 @@ class SACConfig:
 def mean_stats(stats: list[dict[str, float]]) -> dict[str, float]:
     """Each key's mean over the updates of an iteration (empty before learning starts)."""
     return {k: float(np.mean([s[k] for s in stats])) for k in stats[0]} if stats else {}
-
-
-def random_shift(images: torch.Tensor, pad: int, generator: torch.Generator | None = None) -> torch.Tensor:
-    """Pad by replicating edges, then crop back at a random offset per image ([B, H, W, 3] uint8)."""
-    if pad <= 0:
-        return images
-    b, h, w, _ = images.shape
-    padded = functional.pad(images.permute(0, 3, 1, 2).float(), (pad, pad, pad, pad), mode="replicate")
-    device = images.device
-    dx = torch.randint(0, 2 * pad + 1, (b,), generator=generator).to(device)
-    dy = torch.randint(0, 2 * pad + 1, (b,), generator=generator).to(device)
-    rows = (dy[:, None] + torch.arange(h, device=device)[None]).clamp(max=h + 2 * pad - 1)
-    cols = (dx[:, None] + torch.arange(w, device=device)[None]).clamp(max=w + 2 * pad - 1)
-    batch = torch.arange(b, device=device)[:, None, None]
-    out = padded.permute(0, 2, 3, 1)[batch, rows[:, :, None], cols[:, None, :]]
-    return out.to(images.dtype)
 
 
 class SAC:

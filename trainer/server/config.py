@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from protos.lerobot_dataset import VideoFormat
 from trainer.configs.loader import ConfigError, load_structured
 
 MODES = ("collect", "eval", "train", "dagger")
@@ -31,13 +32,22 @@ class DataSection:
 
     record_dir: str = "runs/dataset"
     video_codec: str = "libx264"
+    video_pix_fmt: str = "yuv420p"  # yuv444p keeps the colour of one-pixel targets in small sim images
+    video_crf: int = -1  # -1: the codec's default; 0: lossless (libx264)
+
+    def video_format(self) -> VideoFormat:
+        return VideoFormat(
+            self.video_codec, self.video_pix_fmt, None if self.video_crf < 0 else self.video_crf
+        )
+
     # train mode: the sim envs' episodes, in their own dataset ("": not recorded)
     sim_record_dir: str = "runs/dataset-sim"
 
 
 @dataclass
 class CollectSection:
-    """What drives the robots in ``collect`` mode (teleop and loaded policies come later)."""
+    """What drives the robots in ``collect`` mode. An agent's teleop device overrides it while the human
+    holds the take-over; ``hold`` (keep the arm still) is for pure demonstrations."""
 
     policy: str = "random"
     action_scale: float = 0.3  # random actions are uniform in [-scale, scale]

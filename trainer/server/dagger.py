@@ -24,9 +24,8 @@ import re
 import time
 from pathlib import Path
 
-import numpy as np
-
 from protos import robot_link_pb2 as pb
+from protos.lerobot_dataset import DatasetError
 from trainer.server.episode_runner import run_episode
 from trainer.server.session import RobotSession, RobotUnavailable
 
@@ -99,7 +98,7 @@ def read_dataset(root: str):
     import pandas as pd
 
     from protos.lerobot_dataset import EPISODES_PATH
-    from trainer.algorithms.bc import read_frames
+    from protos.lerobot_reader import read_frames
 
     return read_frames(root), pd.read_parquet(Path(root) / EPISODES_PATH)
 
@@ -147,10 +146,10 @@ class DaggerLoop:
         self._wait_stored(ids)
         frames, episodes = read_dataset(self.config.data.record_dir)
         stats = round_statistics(frames, episodes, ids)
-        fit_frames = self._training_frames(frames)
         try:
-            self.regression.set_data(*fit_frames)
-        except ValueError as exc:
+            demos = self._training_frames()
+            self.regression.set_data(demos)
+        except DatasetError as exc:
             raise DaggerError(f"dagger: {exc}") from None
         loss = self.regression.fit(self.section.updates_per_round)
         self.policy.eval()
@@ -159,7 +158,7 @@ class DaggerLoop:
             "round": round_index,
             "robots": len(sessions),
             **stats,
-            "training_frames": len(fit_frames[0]),
+            "training_frames": len(demos),
             "bc_mse": loss,
             "policy": str(path),
             "wall_s": time.monotonic() - started,
@@ -168,24 +167,24 @@ class DaggerLoop:
             handle.write(json.dumps(row) + "\n")
         log.info("dagger round %d: %d episodes, intervention rate %.2f, success %.2f (alone %.2f), "
                  "%d training frames", round_index, stats["episodes"], stats["intervention_rate"],
-                 stats["success_rate"], stats["autonomous_success_rate"], len(fit_frames[0]))  # fmt: skip
+                 stats["success_rate"], stats["autonomous_success_rate"], len(demos))  # fmt: skip
         return row
 
-    def _training_frames(self, frames) -> tuple[np.ndarray, np.ndarray]:
-        import pandas as pd
+    def _training_frames(self):
+        """Every round's frames so far plus ``dagger.datasets``: the intervened ones, or every labelled one."""
+        from trainer.algorithms.bc import policy_demonstrations
+        from trainer.algorithms.demonstrations import Demonstrations
 
-        from trainer.algorithms.bc import read_frames, select_frames
-
-        extra = [read_frames(root) for root in self.section.datasets]
-        everything = pd.concat([frames, *extra], ignore_index=True) if extra else frames
-        if self.section.only_interventions:
-            if not everything["intervention"].any():
-                raise DaggerError("dagger: nobody has intervened yet, so there is nothing to learn from")
-            return select_frames(everything, self.section.action_key, only_interventions=True)
-        labelled = everything[[np.abs(np.asarray(a)).sum() > 0 for a in everything[self.section.action_key]]]
-        if labelled.empty:
+        selection = "interventions" if self.section.only_interventions else "labelled"
+        roots = [self.config.data.record_dir, *self.section.datasets]
+        demos = Demonstrations.concatenate(
+            [policy_demonstrations(self.policy, root, self.section.action_key, selection) for root in roots]
+        )
+        if len(demos) == 0 and self.section.only_interventions:
+            raise DaggerError("dagger: nobody has intervened yet, so there is nothing to learn from")
+        if len(demos) == 0:
             raise DaggerError(f"dagger: no frame has a {self.section.action_key!r} label yet")
-        return select_frames(labelled, self.section.action_key, only_interventions=False)
+        return demos
 
     def _wait_stored(self, episode_ids: set[str], timeout_s: float = 60.0) -> None:
         """Until every episode of the round is in the dataset (an incomplete one arrives by upload)."""

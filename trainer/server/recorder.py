@@ -8,7 +8,7 @@ from pathlib import Path
 
 from protos import robot_link_pb2 as pb
 from protos.episode_frames import robot_episode_frames
-from protos.lerobot_dataset import EpisodeFrames, LeRobotWriter
+from protos.lerobot_dataset import DEFAULT_VIDEO, EpisodeFrames, LeRobotWriter, VideoFormat
 from trainer.server.episodes import RobotEpisode
 
 log = logging.getLogger(__name__)
@@ -21,8 +21,8 @@ def to_frames(episode: RobotEpisode) -> EpisodeFrames:
 class LeRobotEpisodeSink:
     """An :class:`~trainer.server.episodes.EpisodeSink` that writes a LeRobot v3 dataset."""
 
-    def __init__(self, root: str, video_codec: str = "libx264") -> None:
-        self.root, self.video_codec = root, video_codec
+    def __init__(self, root: str, video: VideoFormat = DEFAULT_VIDEO) -> None:
+        self.root, self.video = root, video
         self.writer: LeRobotWriter | None = None
         self._empty: set[str] = set()
 
@@ -43,7 +43,7 @@ class LeRobotEpisodeSink:
                 self.root,
                 fps=episode.spec.control_hz,
                 robot_type=episode.robot_id,
-                video_codec=self.video_codec,
+                video=self.video,
             )
         index = self.writer.add_episode(to_frames(episode))
         log.info("recorded episode %d (%s, %d steps, %s)", index, episode.episode_id, episode.end.num_steps,
@@ -54,4 +54,4 @@ class LeRobotEpisodeSink:
             info = Path(self.root) / "meta" / "info.json"
             if info.exists():
                 fps = float(json.loads(info.read_text())["fps"])
-                self.writer = LeRobotWriter(self.root, fps=fps, video_codec=self.video_codec)
+                self.writer = LeRobotWriter(self.root, fps=fps, video=self.video)

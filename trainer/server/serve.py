@@ -178,7 +178,7 @@ class Console:
 
 async def serve(config: ServeConfig, stop: asyncio.Event, on_started=None) -> LinkServer:
     """Run until ``stop`` is set; returns the (stopped) server. ``on_started(server)`` once it listens."""
-    sink = LeRobotEpisodeSink(config.data.record_dir, config.data.video_codec)
+    sink = LeRobotEpisodeSink(config.data.record_dir, config.data.video_format())
     if config.server.mode == "eval":
         evaluation = Evaluation(config)
         on_session = lambda session: evaluation.run(session, stop)  # noqa: E731
@@ -223,7 +223,7 @@ def start_link(config: ServeConfig):
     """The link server on its own loop thread, recording robot episodes to ``data.record_dir``."""
     from trainer.server.link_server import LinkServerThread
 
-    sink = LeRobotEpisodeSink(config.data.record_dir, config.data.video_codec)
+    sink = LeRobotEpisodeSink(config.data.record_dir, config.data.video_format())
     link = LinkServer(
         LinkServerConfig(host=config.server.host, port=config.server.port, auth=auth_from(config)), sink=sink
     )
@@ -282,7 +282,7 @@ def train(config: ServeConfig, on_started=None):
             recorder = None
             if config.data.sim_record_dir:
                 recorder = SimEpisodeRecorder(config.data.sim_record_dir, sim.spec, sim.num_envs,
-                                              link.store_executor, config.data.video_codec)  # fmt: skip
+                                              link.store_executor, config.data.video_format())  # fmt: skip
             return EnvPool(sim, link, thread.loop, weights, config.train.step_timeout_s, seed=cfg.run.seed,
                            sim_recorder=recorder)  # fmt: skip
 

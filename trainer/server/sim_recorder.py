@@ -16,7 +16,7 @@ from typing import Any
 import numpy as np
 
 from protos.env_spec import EnvSpec
-from protos.lerobot_dataset import EpisodeFrames, LeRobotWriter
+from protos.lerobot_dataset import DEFAULT_VIDEO, EpisodeFrames, LeRobotWriter, VideoFormat
 from sim_envs.vector import ChunkResult
 
 log = logging.getLogger(__name__)
@@ -26,12 +26,10 @@ class SimEpisodeRecorder:
     """Buffers each sim slot's current episode; a finished one is written by ``executor``."""
 
     def __init__(
-        self, root: str, spec: EnvSpec, num_envs: int, executor: Executor, video_codec: str = "libx264"
+        self, root: str, spec: EnvSpec, num_envs: int, executor: Executor, video: VideoFormat = DEFAULT_VIDEO
     ):
         self.spec, self.executor = spec, executor
-        self.writer = LeRobotWriter(
-            root, fps=spec.control_hz, robot_type=f"sim:{spec.name}", video_codec=video_codec
-        )
+        self.writer = LeRobotWriter(root, fps=spec.control_hz, robot_type=f"sim:{spec.name}", video=video)
         self.source = f"sim:{spec.name}"
         self._frames: list[list[dict[str, Any]]] = [[] for _ in range(num_envs)]
         self._warned = False

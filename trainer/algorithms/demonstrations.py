@@ -1,0 +1,111 @@
+"""What a LeRobot v3 dataset becomes for behaviour cloning: states, camera frames and action chunks.
+
+Frame ``t``'s target is its action and the next ``chunk_size - 1`` actions of the same episode. A
+target step is valid only up to the episode's end and while the selection lasts: with
+``interventions`` a chunk that starts in a human-driven segment stops where the human handed back,
+so the policy never learns the robot's own actions, or what followed them, as the human's.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+
+from protos.lerobot_dataset import DatasetError
+from protos.lerobot_reader import read_camera, read_frames
+
+SELECTIONS = ("all", "interventions", "labelled")
+
+
+@dataclass
+class Demonstrations:
+    """Frames to fit: ``actions[n, k]`` is the action ``k`` steps after frame ``n``, in the env's units."""
+
+    states: np.ndarray  # float32 [N, D]
+    actions: np.ndarray  # float32 [N, chunk, A]
+    action_valid: np.ndarray  # bool [N, chunk]: False past the episode's end or outside the selection
+    images: dict[str, np.ndarray] = field(default_factory=dict)  # camera -> uint8 [N, H, W, 3]
+
+    def __len__(self) -> int:
+        return len(self.states)
+
+    @staticmethod
+    def concatenate(parts: list[Demonstrations]) -> Demonstrations:
+        if not parts:
+            raise ValueError("no demonstrations to concatenate")
+        parts = [p for p in parts if len(p)] or parts[:1]  # an empty part's images have no real shape
+        return Demonstrations(
+            states=np.concatenate([p.states for p in parts]),
+            actions=np.concatenate([p.actions for p in parts]),
+            action_valid=np.concatenate([p.action_valid for p in parts]),
+            images={c: np.concatenate([p.images[c] for p in parts]) for c in parts[0].images},
+        )
+
+
+def selected(frames, action_key: str, selection: str) -> np.ndarray:
+    """Which frames to learn from: ``all``, the human-driven ones, or those with a non-zero label."""
+    if selection not in SELECTIONS:
+        raise ValueError(f"frame selection must be one of {SELECTIONS}, got {selection!r}")
+    for column in ("observation.state", action_key):
+        if column not in frames.columns:
+            raise DatasetError(f"the dataset has no {column!r} column; it has {sorted(frames.columns)}")
+    if selection == "interventions":
+        if "intervention" not in frames.columns:
+            raise DatasetError("only_interventions needs the dataset's 'intervention' column")
+        return frames["intervention"].to_numpy().astype(bool)
+    if selection == "labelled":
+        return np.abs(np.stack(frames[action_key].to_numpy())).sum(axis=1) > 0
+    return np.ones(len(frames), bool)
+
+
+def chunk_targets(
+    actions: np.ndarray, episodes: np.ndarray, keep: np.ndarray, chunk_size: int
+) -> tuple[np.ndarray, np.ndarray]:
+    """For every frame, its action and the next ``chunk_size - 1`` ([N, chunk, A]) with their validity."""
+    n = len(actions)
+    later = np.arange(n)[:, None] + np.arange(chunk_size)[None, :]  # [N, chunk]
+    inside = later < n
+    later = np.minimum(later, n - 1)
+    valid = inside & (episodes[later] == episodes[:, None]) & keep[later]
+    return actions[later], np.logical_and.accumulate(valid, axis=1)  # once out, out for the rest
+
+
+def load_demonstrations(
+    root: str | Path,
+    action_key: str = "action",
+    selection: str = "all",
+    chunk_size: int = 1,
+    cameras: tuple[str, ...] | list[str] = (),
+) -> Demonstrations:
+    """The selected frames of one dataset, with chunked action targets and the listed cameras' frames."""
+    frames = read_frames(root)
+    keep = selected(frames, action_key, selection)
+    actions = np.stack(frames[action_key].to_numpy()).astype(np.float32)
+    episodes = frames["episode_index"].to_numpy()
+    targets, valid = chunk_targets(actions, episodes, keep, chunk_size)
+    images = {}
+    kept_episodes, kept_steps = episodes[keep], frames["frame_index"].to_numpy()[keep]
+    for camera in cameras:
+        per_episode = read_camera(root, camera, np.unique(kept_episodes))
+        images[camera] = (
+            np.stack([per_episode[e][t] for e, t in zip(kept_episodes, kept_steps)])
+            if keep.any()
+            else np.zeros((0, 1, 1, 3), np.uint8)
+        )
+    return Demonstrations(
+        states=np.stack(frames["observation.state"].to_numpy()).astype(np.float32)[keep],
+        actions=targets[keep],
+        action_valid=valid[keep],
+        images=images,
+    )
+
+
+def describe_empty(selection: str, action_key: str) -> str:
+    """Why a selection left nothing to learn from, in one line."""
+    return {
+        "interventions": "the dataset has no intervened frames",
+        "labelled": f"no frame has a {action_key!r} label",
+        "all": "the dataset has no frames",
+    }[selection]
