@@ -21,13 +21,17 @@ from trainer.server.config import load_serve_config
 from trainer.server.serve import dagger
 
 pytestmark = pytest.mark.slow
-TWIN = {"task": "reach", "max_episode_steps": 15, "cameras": [], "control_hz": 10.0, "randomization": "none"}
+TWIN = {"task": "reach", "max_episode_steps": 15, "cameras": ["front"], "image_size": 64, "control_hz": 10.0,
+        "randomization": "none"}  # fmt: skip
+# HG-DAgger fits a CNN that reads the twin's front camera (JPEG over the link, mp4 in the dataset)
+# and plays 2-step chunks; DAgger fits a state MLP.
+CNN = {"kind": "cnn", "cameras": ["front"], "cnn_channels": [8, 16, 16], "chunk_size": 2}
 
 
-def initial_policy(tmp_path: Path) -> Path:
+def initial_policy(tmp_path: Path, **policy: object) -> Path:
     driver = make_driver("sim-twin", TWIN)
     torch.manual_seed(0)
-    policy = make_policy(driver.spec, {"hidden_sizes": [32], "value_head": False})
+    policy = make_policy(driver.spec, {"hidden_sizes": [32], "value_head": False, **policy})
     driver.close()
     policy.save(tmp_path / "start.pt")
     return tmp_path / "start.pt"
@@ -61,12 +65,13 @@ def read(tmp_path: Path):
     return frames, pd.read_parquet(tmp_path / "ds/meta/episodes/chunk-000/file-000.parquet")
 
 
-def weights(path: Path) -> torch.Tensor:
-    return torch.cat([p.detach().flatten() for p in load_policy(path).parameters()])
+def weights(path: Path, prefix: str = "") -> torch.Tensor:
+    named = load_policy(path).named_parameters()
+    return torch.cat([p.detach().flatten() for name, p in named if name.startswith(prefix)])
 
 
 def test_hg_dagger_rounds_learn_from_interventions_and_resume(tmp_path):
-    start = initial_policy(tmp_path)
+    start = initial_policy(tmp_path, **CNN)
     config = config_for(tmp_path, "dagger.rounds=2")
     rows = run_with_agent(tmp_path, config, {"mode": "gated", "patience": 2, "takeover_ticks": 4})
     assert [r["round"] for r in rows] == [0, 1]
@@ -85,6 +90,11 @@ def test_hg_dagger_rounds_learn_from_interventions_and_resume(tmp_path):
     out = tmp_path / "serve" / "dagger"
     w0, w1, w2 = weights(start), weights(out / "round_000/policy.pt"), weights(out / "round_001/policy.pt")
     assert not torch.equal(w0, w1) and not torch.equal(w1, w2)
+    fitted = load_policy(out / "round_000/policy.pt")
+    assert fitted.chunk_size == 2 and not torch.equal(  # the camera's encoder was trained on the decoded mp4
+        weights(start, "encoder.image_encoders"),
+        weights(out / "round_000/policy.pt", "encoder.image_encoders"),
+    )
     logged = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
     assert [r["round"] for r in logged] == [0, 1]
 
