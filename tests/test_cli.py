@@ -49,3 +49,4 @@ def test_train_bad_input_is_one_line(tmp_path):
         last = result.stderr.strip().splitlines()[-1]
         assert last.startswith("error:") and message in last, (args, last)
         assert "Traceback" not in result.stderr
+    assert not (tmp_path / "a").exists() and not (tmp_path / "b").exists()  # no half-made run directory

@@ -102,9 +102,9 @@ class Runner:
 
     def run(self) -> Progress:
         cfg = self.config
+        venv, policy, algorithm = self._build()  # bad input fails here, before a run directory exists
         self.run_dir.mkdir(parents=True, exist_ok=True)
         save_config(cfg, self.run_dir / CONFIG_FILE)
-        venv, policy, algorithm = self._build()
         progress = Progress()
         checkpoint = latest_checkpoint(self.run_dir) if self.resume_dir else None
         if checkpoint is not None:
