@@ -3,7 +3,7 @@
     rlinf-robot connect --server HOST:PORT --robot KIND [--robot-config FILE]
                         [--token-file F] [--tls-ca F] [--tls-cert F --tls-key F] [--insecure]
     rlinf-robot teleop  --robot KIND --teleop DEVICE [--robot-config FILE]
-                        [--record-dir DIR] [--episodes N] [--seed S]
+                        [--record-dir DIR] [--episodes N] [--seed S] [--back-to-back]
 
 ``connect`` serves the robot to a trainer. ``teleop`` needs no trainer: a human drives the robot
 with a spacemouse, keyboard (or a replayed trace, or the sim twin's scripted expert) and every
@@ -64,6 +64,11 @@ def build_parser() -> argparse.ArgumentParser:
     teleop.add_argument("--robot-id", help="this robot's name in the dataset (default: agent.robot_id)")
     teleop.add_argument("--spool-dir", help="where episodes wait until they are in the dataset")
     teleop.add_argument("--video-codec", default="libx264", help="PyAV codec of the camera streams")
+    teleop.add_argument(
+        "--back-to-back",
+        action="store_true",
+        help="start each episode at once (keyboard and spacemouse otherwise wait for the operator's start)",
+    )
     teleop.add_argument("-v", "--verbose", action="store_true")
     return parser
 
@@ -190,9 +195,14 @@ def teleop(args: argparse.Namespace) -> int:
             print(f"episode {episode.number}{total}: {episode.steps} steps, {verdict} ({episode.reason}); "
                   f"{dataset.num_episodes} in {args.record_dir}", file=sys.stderr)  # fmt: skip
 
+        def waiting(number: int) -> None:
+            how = {"keyboard": "press Enter", "spacemouse": "press button 1"}.get(device.kind, "start it")
+            print(f"episode {number}: reset the scene, then {how}", file=sys.stderr)
+
         session = TeleopSession(
-            driver, config, spool, dataset, device, args.episodes, args.seed, on_episode=report
-        )
+            driver, config, spool, dataset, device, args.episodes, args.seed, on_episode=report,
+            wait_for_start=False if args.back_to_back else None, on_waiting=waiting,
+        )  # fmt: skip
     except (AgentConfigError, UnknownDriverError, TeleopError, ImportError, ValueError, OSError) as exc:
         for opened in (device, driver):
             if opened is not None:

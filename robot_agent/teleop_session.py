@@ -2,9 +2,11 @@
 
 The same :class:`~robot_agent.control_loop.ControlLoop` as ``connect`` runs the robot, in teleop
 mode, with its safety filter and spool; only the link is replaced by this session, which starts
-episodes back to back and moves each finished one from the spool into a LeRobot v3 dataset. An
-episode ends when the operator labels it (success / failure), when the task ends it, or at the
-spec's horizon.
+episodes and moves each finished one from the spool into a LeRobot v3 dataset. An episode ends when
+the operator labels it (success / failure), when the task ends it, or at the spec's horizon. With a
+device a person holds (keyboard, spacemouse), each episode starts only when the operator asks
+(``start``), so they can reset the scene first; the robot holds meanwhile. Scripted and replayed
+devices run episodes back to back.
 """
 
 from __future__ import annotations
@@ -12,6 +14,7 @@ from __future__ import annotations
 import logging
 import queue
 import threading
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -21,6 +24,7 @@ from robot_agent.control_loop import ControlLoop
 from robot_agent.drivers.base import RobotDriver
 from robot_agent.recording import LocalDataset
 from robot_agent.spool import EpisodeSpool
+from robot_agent.teleop import TeleopLost
 
 log = logging.getLogger(__name__)
 
@@ -50,9 +54,13 @@ class TeleopSession:
         episodes: int = 0,
         seed: int = 0,
         on_episode: Callable[[TeleopEpisode], None] | None = None,
+        wait_for_start: bool | None = None,  # None: as the device says (``waits_for_start``)
+        on_waiting: Callable[[int], None] | None = None,  # told the number of the episode it waits for
     ) -> None:
         self.config, self.spool, self.dataset = config, spool, dataset
         self.episodes, self.seed, self.on_episode = episodes, seed, on_episode
+        self.teleop, self.on_waiting = teleop, on_waiting
+        self.wait_for_start = teleop.waits_for_start if wait_for_start is None else wait_for_start
         self._events: queue.Queue[pb.EpisodeEvent] = queue.Queue()
         self.errors: list[pb.AgentError] = []
         self.control = ControlLoop(driver, config, spool, send=self._receive, teleop=teleop)
@@ -77,6 +85,8 @@ class TeleopSession:
         try:
             number = 0
             while not stop.is_set() and (self.episodes == 0 or number < self.episodes):
+                if self.wait_for_start and not self._operator_starts(number + 1, stop):
+                    break
                 self.control.post_command(pb.Command(kind=pb.Command.START_EPISODE, seed=self.seed + number))
                 end = self._wait_end(stop)
                 if end is None:
@@ -94,6 +104,25 @@ class TeleopSession:
             self.dataset.drain()
             self.spool.close()
         return self.recorded
+
+    def _operator_starts(self, number: int, stop: threading.Event) -> bool:
+        """Poll the device until the operator starts episode ``number``; False if stopped or lost.
+
+        Between episodes the control loop does not poll the device (it only does during an episode),
+        so this thread may."""
+        if self.on_waiting is not None:
+            self.on_waiting(number)
+        while not stop.is_set():
+            try:
+                if self.teleop.poll().start:
+                    return True
+            except TeleopLost as exc:
+                log.error("teleop device lost while waiting to start episode %d: %s", number, exc)
+                return False
+            if not self.control.alive():
+                raise RuntimeError("the control loop stopped unexpectedly (see the log above)")
+            time.sleep(self.control.period_s)
+        return False
 
     def _wait_end(self, stop: threading.Event) -> pb.EpisodeEvent | None:
         while not stop.is_set():

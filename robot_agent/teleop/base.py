@@ -38,12 +38,16 @@ class TeleopReading:
     # The motion is the expert's label for this state while the policy keeps driving (DAgger):
     # recorded as the human action, not executed.
     advice: bool = False
+    start: bool = False  # the operator asks for the next episode (the scene is reset)
 
 
 class TeleopDevice(abc.ABC):
     """One human input device."""
 
     kind: str = ""
+    # A person at the robot resets the scene between episodes: ``rlinf-robot teleop`` waits for their
+    # ``start`` before each one. Scripted and replayed devices start the next episode at once.
+    waits_for_start: bool = False
 
     @abc.abstractmethod
     def poll(self) -> TeleopReading:

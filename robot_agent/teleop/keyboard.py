@@ -1,8 +1,9 @@
 """Keyboard teleop in the terminal the agent runs in (no X server needed on a robot PC).
 
 Keys: ``w``/``s`` +x/-x, ``a``/``d`` +y/-y, ``r``/``f`` +z/-z, ``space`` toggles the gripper,
-``t`` takes over / gives back, ``y`` / ``n`` label the episode a success / failure. Each key press
-moves for one tick at ``step`` of full scale.
+``t`` takes over / gives back, ``y`` / ``n`` label the episode a success / failure (ending it), and
+``Enter`` starts the next episode once the scene is reset. Each key press moves for one tick at
+``step`` of full scale.
 """
 
 from __future__ import annotations
@@ -40,6 +41,7 @@ class KeyboardDevice(TeleopDevice):
     """Reads single key presses from a terminal in cbreak mode."""
 
     kind = "keyboard"
+    waits_for_start = True
 
     def __init__(self, config: KeyboardConfig) -> None:
         self.config = config
@@ -58,7 +60,7 @@ class KeyboardDevice(TeleopDevice):
 
     def poll(self) -> TeleopReading:
         motion = np.zeros(6, np.float32)
-        gripper, label = None, None
+        gripper, label, start = None, None, False
         for key in read_keys(self.fd):
             if key in MOTION_KEYS:
                 axis, sign = MOTION_KEYS[key]
@@ -70,7 +72,11 @@ class KeyboardDevice(TeleopDevice):
                 self.takeover = not self.takeover
             elif key in ("y", "n"):
                 label = "success" if key == "y" else "failure"
-        return TeleopReading(motion=motion, gripper_closed=gripper, takeover=self.takeover, label=label)
+            elif key in ("\n", "\r"):
+                start = True
+        return TeleopReading(
+            motion=motion, gripper_closed=gripper, takeover=self.takeover, label=label, start=start
+        )
 
     def close(self) -> None:
         if self._saved is not None:

@@ -1,9 +1,11 @@
 """A recorded device trace played back tick by tick: the "human" in tests and demos.
 
 The trace is JSON lines, one per control tick:
-``{"motion": [x, y, z, roll, pitch, yaw], "gripper": "close" | "open" | null, "takeover": true, "label": null}``
-(missing keys take their defaults). When the trace runs out the device either lets go
-(``on_end="release"``) or behaves like an unplugged device (``on_end="disconnect"``).
+``{"motion": [x, y, z, roll, pitch, yaw], "gripper": "close" | "open" | null, "takeover": true, "label": null,
+"start": false}`` (missing keys take their defaults). With ``waits_for_start`` the trace is played like a
+person's device: ``rlinf-robot teleop`` consumes lines between episodes until one has ``start``. When
+the trace runs out the device either lets go (``on_end="release"``) or behaves like an unplugged
+device (``on_end="disconnect"``).
 """
 
 from __future__ import annotations
@@ -21,6 +23,7 @@ from robot_agent.teleop.base import LABELS, TeleopDevice, TeleopError, TeleopLos
 class ReplayConfig:
     path: str = ""
     on_end: str = "release"  # or "disconnect"
+    waits_for_start: bool = False  # played like a person's device: episodes start on a "start" line
 
 
 def parse_trace_line(line: str, number: int) -> TeleopReading:
@@ -42,6 +45,7 @@ def parse_trace_line(line: str, number: int) -> TeleopReading:
         gripper_closed=None if gripper is None else gripper == "close",
         takeover=bool(entry.get("takeover", True)),
         label=label,
+        start=bool(entry.get("start", False)),
     )
 
 
@@ -55,6 +59,7 @@ def write_trace(path: str | Path, readings: list[TeleopReading]) -> None:
             "gripper": gripper,
             "takeover": r.takeover,
             "label": r.label,
+            "start": r.start,
         }
         lines.append(json.dumps(entry))
     Path(path).write_text("\n".join(lines) + "\n")
@@ -74,6 +79,7 @@ class ReplayDevice(TeleopDevice):
         lines = [line for line in path.read_text().splitlines() if line.strip()]
         self.readings = [parse_trace_line(line, i + 1) for i, line in enumerate(lines)]
         self.on_end = config.on_end
+        self.waits_for_start = config.waits_for_start
         self.index = 0
 
     def poll(self) -> TeleopReading:

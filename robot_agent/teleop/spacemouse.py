@@ -1,7 +1,8 @@
 """A 3Dconnexion SpaceMouse through pyspacemouse (raw HID; ``pip install .[teleop]``, plus libhidapi).
 
 Pushing the cap past the dead zone takes over; letting go gives back (HIL-SERL style). Button 0
-toggles the gripper, button 1 labels the episode a success.
+toggles the gripper, button 1 labels the episode a success (ending it) and, between episodes,
+starts the next one.
 """
 
 from __future__ import annotations
@@ -26,6 +27,7 @@ class SpaceMouseDevice(TeleopDevice):
     """6-DoF motion plus two buttons."""
 
     kind = "spacemouse"
+    waits_for_start = True
 
     def __init__(self, config: SpaceMouseConfig) -> None:
         self.config = config
@@ -62,6 +64,7 @@ class SpaceMouseDevice(TeleopDevice):
             gripper_closed=gripper,
             takeover=moving or gripper is not None,
             label="success" if pressed[1] else None,
+            start=bool(pressed[1]),
         )
 
     def close(self) -> None:

@@ -84,6 +84,30 @@ def test_teleop_records_the_trace_as_driven_and_labelled(tmp_path):
     assert not any((tmp_path / "spool").rglob("steps.bin"))  # recorded, then dropped from the spool
 
 
+def test_each_episode_starts_only_when_the_operator_asks(tmp_path, capsys):
+    """A trace played like a person's device: between episodes its lines (driving hard, labelling) do
+    nothing until one says ``start``; a device lost while waiting ends the session cleanly."""
+    _, episode = trace(tmp_path, steps=6, label="success")
+    pushy = TeleopReading(motion=np.array([1, 1, 1, 0, 0, 0], np.float32), takeover=True, label="failure")
+    start = TeleopReading(start=True)
+    write_trace(
+        tmp_path / "session.jsonl",
+        [pushy] * 3 + [start] + episode + [pushy] * 5 + [start] + episode + [pushy] * 2,
+    )
+    config = robot_config(tmp_path, teleop={"kind": "replay", "path": str(tmp_path / "session.jsonl"),
+                                            "on_end": "disconnect", "waits_for_start": True})  # fmt: skip
+    root = tmp_path / "ds"
+    code = main(["teleop", "--robot", "sim-twin", "--robot-config", config, "--episodes", "3",
+                 "--record-dir", str(root), "--spool-dir", str(tmp_path / "spool")])  # fmt: skip
+    assert code == 0
+    assert capsys.readouterr().err.count("reset the scene, then start it") == 3  # the third never came
+    frames, episodes = frames_of(root)
+    assert list(episodes["length"]) == [6, 6] and episodes["success"].all()  # the pushy lines never ran
+    assert frames["intervention"].all() and len(frames) == 12
+    human = np.stack(frames["action.human"].to_numpy())
+    assert not (human[:, :3] == 1.0).all(axis=1).any()  # no pushy line became a step
+
+
 def test_teleop_appends_and_a_failure_label_is_kept(tmp_path):
     path, _ = trace(tmp_path, steps=6, label="failure")
     config = robot_config(tmp_path, teleop={"kind": "replay", "path": path})

@@ -116,7 +116,8 @@ def test_spacemouse_takes_over_past_the_dead_zone_and_toggles_the_gripper(spacem
         moving.takeover and moving.motion[0] == pytest.approx(0.6) and moving.motion[5] == pytest.approx(-0.3)
     )
     assert press.gripper_closed is True and held.gripper_closed is None  # a press toggles once
-    assert success.label == "success"
+    assert not press.start and success.label == "success" and success.start  # button 1 also starts the next
+    assert device.waits_for_start
     with pytest.raises(TeleopLost, match="disconnected"):
         device.poll()
 
@@ -139,6 +140,9 @@ def test_keyboard_keys_move_toggle_and_label():
     os.write(write_end, b"ty")
     reading = device.poll()
     assert not reading.takeover and reading.label == "success" and not reading.motion.any()
+    assert not reading.start and device.waits_for_start
+    os.write(write_end, b"\n")
+    assert device.poll().start  # Enter: the scene is reset, start the next episode
     os.close(write_end)  # the terminal goes away: end of file
     with pytest.raises(TeleopLost, match="terminal closed"):
         device.poll()
