@@ -95,12 +95,9 @@ def round_statistics(frames, episodes, episode_ids: set[str]) -> dict[str, float
 
 def read_dataset(root: str):
     """(frames, episode rows) of a LeRobot v3 dataset."""
-    import pandas as pd
+    from protos.lerobot_reader import read_episodes, read_frames
 
-    from protos.lerobot_dataset import EPISODES_PATH
-    from protos.lerobot_reader import read_frames
-
-    return read_frames(root), pd.read_parquet(Path(root) / EPISODES_PATH)
+    return read_frames(root), read_episodes(root)
 
 
 class DaggerLoop:
@@ -147,7 +144,7 @@ class DaggerLoop:
         frames, episodes = read_dataset(self.config.data.record_dir)
         stats = round_statistics(frames, episodes, ids)
         try:
-            demos = self._training_frames()
+            demos = self._training_demonstrations()
             self.regression.set_data(demos)
         except DatasetError as exc:
             raise DaggerError(f"dagger: {exc}") from None
@@ -170,7 +167,7 @@ class DaggerLoop:
                  stats["success_rate"], stats["autonomous_success_rate"], len(demos))  # fmt: skip
         return row
 
-    def _training_frames(self):
+    def _training_demonstrations(self):
         """Every round's frames so far plus ``dagger.datasets``: the intervened ones, or every labelled one."""
         from trainer.algorithms.bc import policy_demonstrations
         from trainer.algorithms.demonstrations import Demonstrations
