@@ -31,9 +31,8 @@ def read_frames(root: str | Path):
     if not files:
         raise DatasetError(f"dataset {str(root)!r} holds no LeRobot v3 frames (data/chunk-*/file-*.parquet)")
     frames = pd.concat([pd.read_parquet(f) for f in files], ignore_index=True)
-    info_path = Path(root) / "meta" / "info.json"
-    if info_path.is_file():  # frames of an episode the metadata never committed are not part of it
-        frames = frames[frames["episode_index"] < int(json.loads(info_path.read_text())["total_episodes"])]
+    if (Path(root) / "meta" / "info.json").is_file():  # an episode the metadata never committed is not read
+        frames = frames[frames["episode_index"] < int(read_info(root)["total_episodes"])]
     return frames.sort_values("index", kind="stable").reset_index(drop=True)
 
 
@@ -74,7 +73,7 @@ def read_camera(root: str | Path, camera: str, episode_indices) -> dict[int, np.
         raise DatasetError(f"dataset {str(root)!r} has no camera {camera!r}; it has {videos}")
     fps = float(info["fps"])
     rows = read_episodes(root).set_index("episode_index")
-    decoded: dict[Path, np.ndarray] = {}
+    open_path, open_frames = None, np.zeros(0)  # one file decoded at a time: episodes come in file order
     out = {}
     for index in episode_indices:
         row = rows.loc[int(index)]
@@ -83,10 +82,10 @@ def read_camera(root: str | Path, camera: str, episode_indices) -> dict[int, np.
             chunk_index=int(row[f"videos/{key}/chunk_index"]),
             file_index=int(row[f"videos/{key}/file_index"]),
         )
-        if path not in decoded:
-            decoded = {path: decode_video(path)}  # one file at a time: episodes come in file order
+        if path != open_path:
+            open_path, open_frames = path, decode_video(path)
         first = round(float(row[f"videos/{key}/from_timestamp"]) * fps)
-        frames = decoded[path][first : first + int(row["length"])]
+        frames = open_frames[first : first + int(row["length"])]
         if len(frames) != int(row["length"]):
             raise DatasetError(
                 f"{path} has {len(frames)} frames for episode {index}, whose length is {int(row['length'])}"
