@@ -44,7 +44,7 @@ def robot_episode_frames(
             "observation.state": np.asarray([o.state for o in observations], np.float32),
             "action": np.asarray([t.executed_action for t in outcomes], np.float32).reshape(steps, dim),
             # Zeros where a step has none: no human action when no human drove or advised, no policy
-            # action when the human drove before any chunk arrived. ``intervention`` says who drove.
+            # action when the policy never answered a tick the human drove. ``intervention`` says who drove.
             "action.policy": np.asarray([_vector(t.policy_action, dim) for t in outcomes], np.float32),
             "action.human": np.asarray([_vector(t.human_action, dim) for t in outcomes], np.float32),
         },

@@ -109,6 +109,9 @@ class ControlLoop:
         self._driver_error: str | None = None
         self._human_driving = False
         self._advice: np.ndarray | None = None  # an expert's label for this tick while the policy drives
+        # (tick, its transition): a tick the human drove before the policy's answer came. The answer
+        # is still recorded if it arrives before the transition is sent with the next observation.
+        self._awaiting_policy: tuple[int, pb.Transition] | None = None
 
     # -- called from the link thread ---------------------------------------------------------------
     def accept_chunk(self, msg: pb.ActionChunk) -> str | None:
@@ -127,23 +130,46 @@ class ControlLoop:
             return self._reject(
                 "bad_action", f"chunk answers seq {msg.obs_seq}, but the newest sent is {latest}"
             )
+        labelled = self._record_late_policy_action(chunk, msg.obs_seq)
         if sent_mono is None:
-            return self._reject("stale_action", f"chunk answers seq {msg.obs_seq}, too old to remember")
+            return (
+                None
+                if labelled
+                else self._reject("stale_action", f"chunk answers seq {msg.obs_seq}, too old to remember")
+            )
         max_age_ms = self.config.safety.max_action_age_ms
         if msg.max_age_ms:
             max_age_ms = min(max_age_ms, msg.max_age_ms)
         age_ms = (time.monotonic_ns() - sent_mono) / 1e6
         if age_ms > max_age_ms:
+            if labelled:
+                return None
             return self._reject(
                 "stale_action", f"chunk answers an observation {age_ms:.0f} ms old (max {max_age_ms:g})"
             )
         try:
             self.queue.accept(chunk, msg.obs_seq, next_tick)
         except StaleChunk as exc:
-            return self._reject("stale_action", str(exc))
+            return None if labelled else self._reject("stale_action", str(exc))
         self.stats.chunks_accepted += 1
         self.stats.round_trip_ms.append(age_ms)
         return None
+
+    def _record_late_policy_action(self, chunk: np.ndarray, obs_seq: int) -> bool:
+        """Fill in the policy's action of a tick the human already drove, if ``chunk`` covers it.
+
+        What the policy would have done is a label (HG-DAgger compares it with the human's), so it
+        must not depend on whether the answer beat the tick's execution budget.
+        """
+        with self._seq_lock:
+            if self._awaiting_policy is None:
+                return False
+            tick, transition = self._awaiting_policy
+            if not obs_seq <= tick < obs_seq + len(chunk):
+                return False
+            transition.policy_action[:] = chunk[tick - obs_seq].tolist()
+            self._awaiting_policy = None
+            return True
 
     def post_command(self, command: pb.Command) -> None:
         if command.kind == pb.Command.ESTOP:
@@ -312,6 +338,9 @@ class ControlLoop:
             success=outcome.success,
             safety_events=events,
         )
+        if intervened and policy_action is None:
+            with self._seq_lock:
+                self._awaiting_policy = (self._seq, episode.transition)
         if outcome.terminated or episode.transition.truncated:
             reason = "terminated" if outcome.terminated else "truncated"
             episode.ending = (pb.EpisodeEvent.ENDED, reason)
@@ -335,7 +364,9 @@ class ControlLoop:
             holding=self.holding,
         )
         if episode is not None and episode.transition is not None:
-            msg.transition.CopyFrom(episode.transition)
+            with self._seq_lock:
+                self._awaiting_policy = None  # the transition leaves now: a later answer is not recorded
+                msg.transition.CopyFrom(episode.transition)
         if episode is not None:
             episode.pending = msg
             self.spool.append(episode.episode_id, msg)  # on disk before it is sent: a crash keeps it
@@ -391,6 +422,8 @@ class ControlLoop:
             return
         self._episode = _Episode(episode_id)
         self._last_executed = None
+        with self._seq_lock:
+            self._awaiting_policy = None
         if self.teleop is not None:
             self.teleop.start_episode()
         self.watchdog.feed()

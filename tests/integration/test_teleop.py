@@ -62,8 +62,8 @@ def test_interventions_are_executed_flagged_at_the_boundaries_recorded_and_hande
     for t in transitions[first : first + TAKEOVER_TICKS]:
         np.testing.assert_allclose(t.human_action, human, atol=1e-6)
         assert np.all(np.abs(t.executed_action) <= np.abs(human) + 1e-6)  # within the same safety limits
-        assert len(t.policy_action) in (0, 7)  # the overridden policy action, when one had arrived
-    assert any(len(t.policy_action) == 7 for t in transitions[first : first + TAKEOVER_TICKS])
+        # What the policy said for the tick, recorded however late its answer came.
+        np.testing.assert_allclose(t.policy_action, POLICY, atol=1e-6)
     for t in transitions[:first] + transitions[first + TAKEOVER_TICKS :]:
         np.testing.assert_allclose(t.policy_action, POLICY, atol=1e-6)
         assert not t.human_action

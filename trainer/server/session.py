@@ -56,6 +56,8 @@ class RobotSession:
         self.events: asyncio.Queue[pb.EpisodeEvent] = asyncio.Queue()
         self._new_observation = asyncio.Condition()
         self._received_at: dict[int, float] = {}
+        # (obs_seq, chunk) of the newest answers, to record what the policy said on ticks a human drove.
+        self._answers: deque[tuple[int, np.ndarray]] = deque(maxlen=64)
 
     # -- incoming ------------------------------------------------------------------------------------
     async def on_observation(self, obs: pb.Observation) -> None:
@@ -67,10 +69,27 @@ class RobotSession:
             for seq in sorted(self._received_at)[:256]:
                 del self._received_at[seq]
         self.state = "holding" if obs.holding else "streaming"
+        self._complete_policy_action(obs)
         async with self._new_observation:
             self.latest = obs
             self.recent.append(obs)
             self._new_observation.notify_all()
+
+    def _complete_policy_action(self, obs: pb.Observation) -> None:
+        """Fill in the policy's action of a tick the human drove before the answer reached the agent.
+
+        The transition in ``obs`` came from the tick that sent the previous observation; what this
+        trainer answered to it is what the policy would have done, however late it arrived there.
+        """
+        transition, previous = obs.transition, self.latest
+        if not (obs.HasField("transition") and transition.intervened and not transition.policy_action):
+            return
+        if previous is None or previous.episode_id != obs.episode_id or previous.step != obs.step - 1:
+            return  # the executing tick's observation was not seen (skipped on a slow link)
+        for first_seq, chunk in reversed(self._answers):
+            if first_seq <= previous.seq < first_seq + len(chunk):
+                transition.policy_action[:] = chunk[previous.seq - first_seq].tolist()
+                return
 
     async def next_observation(self, after_seq: int = -1, timeout: float | None = None) -> pb.Observation:
         """The first observation with ``seq > after_seq``; raises :class:`RobotUnavailable` if the robot left."""
@@ -108,6 +127,7 @@ class RobotSession:
             self.stats.reply_ms_all.append(reply_ms)
         self.stats.chunks_sent += 1
         chunk = link_codec.chunk_to_proto(actions, obs_seq, max_age_ms, policy_version)
+        self._answers.append((obs_seq, link_codec.chunk_from_proto(chunk)))
         self.outbox.put_nowait(pb.TrainerMessage(actions=chunk))
 
     def send_command(self, kind: int, **fields) -> None:
