@@ -10,6 +10,7 @@ Actions are float32[action_dim] for one step or float32[chunk, action_dim] for a
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -61,6 +62,8 @@ class ActionSpace:
                 f"action names/low/high lengths differ: {len(self.names)}/{len(self.low)}/{len(self.high)}"
             )
         for i, (lo, hi) in enumerate(zip(self.low, self.high)):
+            if not (math.isfinite(lo) and math.isfinite(hi)):
+                raise ValueError(f"action bound {i} ({self.names[i]}) must be finite, got [{lo}, {hi}]")
             if not lo < hi:
                 raise ValueError(f"action bound {i} ({self.names[i]}): low {lo} >= high {hi}")
 
@@ -100,8 +103,16 @@ class EnvSpec:
         fields = [f.name for f in self.state_fields]
         if len(set(fields)) != len(fields):
             raise ValueError(f"state field names must be unique, got {fields}")
-        if self.control_hz <= 0:
-            raise ValueError(f"control_hz must be > 0, got {self.control_hz}")
+        if not (math.isfinite(self.control_hz) and self.control_hz > 0):
+            raise ValueError(f"control_hz must be a finite number > 0, got {self.control_hz}")
+        for cam in self.cameras:
+            if cam.height < 1 or cam.width < 1:
+                raise ValueError(f"camera {cam.name!r} must be at least 1x1, got {cam.height}x{cam.width}")
+            if not (math.isfinite(cam.fps) and cam.fps > 0):
+                raise ValueError(f"camera {cam.name!r} fps must be a finite number > 0, got {cam.fps}")
+        for f in self.state_fields:
+            if f.size < 1:
+                raise ValueError(f"state field {f.name!r} must have size >= 1, got {f.size}")
         if self.max_episode_steps <= 0:
             raise ValueError(f"max_episode_steps must be > 0, got {self.max_episode_steps}")
 

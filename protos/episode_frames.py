@@ -10,6 +10,7 @@ agent's own recording in ``rlinf-robot teleop``.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import overload
 
 import numpy as np
 
@@ -17,6 +18,28 @@ from protos import link_codec
 from protos import robot_link_pb2 as pb
 from protos.env_spec import EnvSpec
 from protos.lerobot_dataset import EpisodeFrames
+
+
+class CameraFrames(Sequence[np.ndarray]):
+    """One camera's frames of an episode, decoded when read (an episode is never decoded whole)."""
+
+    def __init__(self, observations: Sequence[pb.Observation], spec: EnvSpec, camera: str) -> None:
+        self._observations, self._camera = observations, spec.camera(camera)
+
+    def __len__(self) -> int:
+        return len(self._observations)
+
+    @overload
+    def __getitem__(self, index: int) -> np.ndarray: ...
+    @overload
+    def __getitem__(self, index: slice) -> list[np.ndarray]: ...
+    def __getitem__(self, index):
+        if isinstance(index, slice):
+            return [self[i] for i in range(*index.indices(len(self)))]
+        for frame in self._observations[index].frames:
+            if frame.camera == self._camera.name:
+                return np.array(link_codec.decode_frame(frame, self._camera))
+        raise link_codec.LinkCodecError(f"observation {index} has no frame of camera {self._camera.name!r}")
 
 
 def _vector(values, dim: int) -> np.ndarray:
@@ -31,11 +54,14 @@ def robot_episode_frames(
     if steps < 1 or len(observations) < steps + 1:
         raise ValueError(f"episode {end.episode_id!r} needs observations 0..{steps}, has {len(observations)}")
     outcomes = [o.transition for o in observations[1 : steps + 1]]
-    observations = observations[:steps]
-    images: dict[str, list[np.ndarray]] = {name: [] for name in spec.camera_names}
-    for obs in observations:
-        for name, image in link_codec.decode_images(obs.frames, spec).items():
-            images[name].append(np.array(image))
+    observations = list(observations[:steps])
+    for obs in observations:  # the camera set of every step, before any frame is decoded
+        names = sorted(f.camera for f in obs.frames)
+        if names != sorted(spec.camera_names):
+            raise link_codec.LinkCodecError(
+                f"observation {obs.step} cameras expected {sorted(spec.camera_names)}, got {names}"
+            )
+    images = {name: CameraFrames(observations, spec, name) for name in spec.camera_names}
     dim = spec.action.dim
     return EpisodeFrames(
         task=observations[0].instruction or spec.instruction,

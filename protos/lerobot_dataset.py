@@ -19,6 +19,9 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import threading
+import uuid
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -60,7 +63,8 @@ class EpisodeFrames:
     """One episode, frame by frame: images per camera, vectors and scalars per feature, one task."""
 
     task: str
-    images: dict[str, list[np.ndarray]]  # camera name -> frames (uint8 HxWx3)
+    # camera name -> frames (uint8 HxWx3); any sequence, so frames can be decoded one at a time
+    images: dict[str, Sequence[np.ndarray]]
     vectors: dict[str, np.ndarray]  # e.g. "observation.state" -> float32 [T, D], "action" -> [T, A]
     scalars: dict[str, np.ndarray] = field(default_factory=dict)  # e.g. "next.reward" -> [T]
     extra: dict[str, object] = field(default_factory=dict)  # extra columns of the episode's meta row
@@ -86,64 +90,85 @@ class LeRobotWriter:
         self.episodes: list[dict] = []
         self.tasks: dict[str, int] = {}
         self.stats: dict[str, dict] = {}
+        self._commit_lock = threading.Lock()
         if (self.root / "meta" / "info.json").exists():
             self._reopen()
 
     # -- writing ------------------------------------------------------------------------------------
     def add_episode(self, episode: EpisodeFrames) -> int:
         """Write one episode; returns its ``episode_index``. Durable once this returns."""
-        length = episode.length
-        if length == 0:
+        return self.commit(self.stage(episode))
+
+    def stage(self, episode: EpisodeFrames) -> StagedEpisode:
+        """Encode the episode's videos into a staging folder of their own (the slow part).
+
+        Threads may stage episodes at once; :meth:`commit` then appends them one at a time. Frames
+        are read one at a time, and image statistics are accumulated frame by frame in small dtypes.
+        """
+        if episode.length == 0:
             raise DatasetError("an episode needs at least one frame")
-        if self.info is None:
-            self.info = self._new_info(episode)
-        self._check_features(episode)
-        index = len(self.episodes)
-        chunk, file = divmod(index, CHUNKS_SIZE)
-        task_index = self.tasks.setdefault(episode.task, len(self.tasks))
-        first_frame = sum(e["length"] for e in self.episodes)
-        staging = self.root / ".staging"
-        staging.mkdir(parents=True, exist_ok=True)
-        moves = []
-        data_path = DATA_PATH.format(chunk_index=chunk, file_index=file)
-        self._write_frames(staging / "data.parquet", episode, index, first_frame, task_index)
-        moves.append((staging / "data.parquet", self.root / data_path))
-        row = {
-            "episode_index": index,
-            "tasks": [episode.task],
-            "length": length,
-            "data/chunk_index": chunk,
-            "data/file_index": file,
-            "dataset_from_index": first_frame,
-            "dataset_to_index": first_frame + length,
-            "meta/episodes/chunk_index": 0,
-            "meta/episodes/file_index": 0,
-            **episode.extra,
-        }
+        if self.info is not None:
+            self._check_features(episode)
+        folder = self.root / ".staging" / uuid.uuid4().hex
+        folder.mkdir(parents=True)
+        videos, image_stats = {}, {}
         for camera, frames in episode.images.items():
-            key = f"observation.images.{camera}"
-            staged = staging / f"{camera}.mp4"
-            self._write_video(staged, frames)
-            moves.append(
-                (staged, self.root / VIDEO_PATH.format(video_key=key, chunk_index=chunk, file_index=file))
-            )
-            row.update({
-                f"videos/{key}/chunk_index": chunk,
-                f"videos/{key}/file_index": file,
-                f"videos/{key}/from_timestamp": 0.0,
-                f"videos/{key}/to_timestamp": length / self.fps,
-            })  # fmt: skip
-        episode_stats = self._episode_stats(episode, index, task_index, first_frame)
-        for name, values in episode_stats.items():
-            for stat, value in values.items():
-                row[f"stats/{name}/{stat}"] = np.asarray(value).tolist()
-        for source, target in moves:
-            target.parent.mkdir(parents=True, exist_ok=True)
-            os.replace(source, target)
-        self.episodes.append(row)
-        self._merge_stats(episode_stats)
-        self._commit()
-        return index
+            videos[camera] = folder / f"{camera}.mp4"
+            image_stats[f"observation.images.{camera}"] = self._write_video(videos[camera], frames)
+        return StagedEpisode(episode, folder, videos, image_stats)
+
+    def commit(self, staged: StagedEpisode) -> int:
+        """Append a staged episode to the dataset; returns its ``episode_index``. Durable once this returns."""
+        with self._commit_lock:
+            episode = staged.episode
+            length = episode.length
+            if self.info is None:
+                self.info = self._new_info(episode)
+            self._check_features(episode)
+            index = len(self.episodes)
+            chunk, file = divmod(index, CHUNKS_SIZE)
+            task_index = self.tasks.setdefault(episode.task, len(self.tasks))
+            first_frame = sum(e["length"] for e in self.episodes)
+            data_path = DATA_PATH.format(chunk_index=chunk, file_index=file)
+            self._write_frames(staged.folder / "data.parquet", episode, index, first_frame, task_index)
+            moves = [(staged.folder / "data.parquet", self.root / data_path)]
+            row = {
+                "episode_index": index,
+                "tasks": [episode.task],
+                "length": length,
+                "data/chunk_index": chunk,
+                "data/file_index": file,
+                "dataset_from_index": first_frame,
+                "dataset_to_index": first_frame + length,
+                "meta/episodes/chunk_index": 0,
+                "meta/episodes/file_index": 0,
+                **episode.extra,
+            }
+            for camera, staged_video in staged.videos.items():
+                key = f"observation.images.{camera}"
+                target = self.root / VIDEO_PATH.format(video_key=key, chunk_index=chunk, file_index=file)
+                moves.append((staged_video, target))
+                row.update({
+                    f"videos/{key}/chunk_index": chunk,
+                    f"videos/{key}/file_index": file,
+                    f"videos/{key}/from_timestamp": 0.0,
+                    f"videos/{key}/to_timestamp": length / self.fps,
+                })  # fmt: skip
+            episode_stats = {
+                **self._vector_stats(episode, index, task_index, first_frame),
+                **staged.image_stats,
+            }
+            for name, values in episode_stats.items():
+                for stat, value in values.items():
+                    row[f"stats/{name}/{stat}"] = np.asarray(value).tolist()
+            for source, target in moves:
+                target.parent.mkdir(parents=True, exist_ok=True)
+                os.replace(source, target)
+            shutil.rmtree(staged.folder, ignore_errors=True)
+            self.episodes.append(row)
+            self._merge_stats(episode_stats)
+            self._commit()
+            return index
 
     # -- files --------------------------------------------------------------------------------------
     def _write_frames(
@@ -169,10 +194,13 @@ class LeRobotWriter:
         })  # fmt: skip
         _durable(lambda p: pq.write_table(pa.table(columns), p), path)
 
-    def _write_video(self, path: Path, frames: list[np.ndarray]) -> None:
+    def _write_video(self, path: Path, frames: Sequence[np.ndarray]) -> dict:
+        """Encode ``frames`` (read one at a time) into ``path``; returns their pixel statistics."""
         import av
 
         height, width = frames[0].shape[:2]
+        pixels = PixelStats()
+        every = max(1, len(frames) // 20)  # statistics from about 20 frames, as LeRobot samples them
 
         def write(target: Path) -> None:
             with av.open(str(target), "w", format="mp4") as container:
@@ -180,7 +208,9 @@ class LeRobotWriter:
                 stream.width, stream.height, stream.pix_fmt = width, height, self.video.pix_fmt
                 if self.video.crf is not None:
                     stream.options = {"crf": str(self.video.crf)}
-                for image in frames:
+                for i, image in enumerate(frames):
+                    if i % every == 0:
+                        pixels.add(image)
                     for packet in stream.encode(
                         av.VideoFrame.from_ndarray(np.ascontiguousarray(image), format="rgb24")
                     ):
@@ -189,6 +219,7 @@ class LeRobotWriter:
                     container.mux(packet)
 
         _durable(write, path)
+        return pixels.stats()
 
     def _commit(self) -> None:
         """Replace the metadata atomically; ``info.json`` (the totals) goes last."""
@@ -284,7 +315,7 @@ class LeRobotWriter:
                     f"{name} has shape {np.asarray(values).shape[1:]}, the dataset {features[name]['shape']}"
                 )
 
-    def _episode_stats(
+    def _vector_stats(
         self, episode: EpisodeFrames, index: int, task_index: int, first: int
     ) -> dict[str, dict]:
         stats = {}
@@ -293,13 +324,6 @@ class LeRobotWriter:
             **{k: np.asarray(v, np.float32)[:, None] for k, v in episode.scalars.items()},
         }.items():
             stats[name] = _stats(np.asarray(values, np.float64))
-        for camera, frames in episode.images.items():
-            pixels = np.stack(frames[:: max(1, len(frames) // 20)]).astype(np.float64) / 255.0  # subsampled
-            per_channel = pixels.reshape(-1, 3)
-            stats[f"observation.images.{camera}"] = {
-                k: np.asarray(v).reshape(3, 1, 1).tolist() if k != "count" else v
-                for k, v in _stats(per_channel).items()
-            }
         n = episode.length
         for name, values in (
             ("timestamp", np.arange(n) / self.fps),
@@ -387,6 +411,52 @@ class LeRobotWriter:
                 if path.is_file() and path not in keep:
                     path.unlink()
         shutil.rmtree(self.root / ".staging", ignore_errors=True)
+
+
+@dataclass
+class StagedEpisode:
+    """An episode whose videos are encoded in ``folder``, waiting for :meth:`LeRobotWriter.commit`."""
+
+    episode: EpisodeFrames
+    folder: Path
+    videos: dict[str, Path]
+    image_stats: dict[str, dict]
+
+
+class PixelStats:
+    """Per-channel min / max / mean / std of uint8 frames in [0, 1], accumulated one frame at a time in
+    integer sums (a frame's pixels are summed in blocks, so no float copy of a whole frame is made)."""
+
+    BLOCK = 1 << 18  # pixels per block
+
+    def __init__(self) -> None:
+        self.count = 0
+        self.total = np.zeros(3, np.uint64)
+        self.squares = np.zeros(3, np.uint64)
+        self.low = np.full(3, 255, np.uint8)
+        self.high = np.zeros(3, np.uint8)
+
+    def add(self, image: np.ndarray) -> None:
+        flat = np.asarray(image, np.uint8).reshape(-1, 3)
+        self.low = np.minimum(self.low, flat.min(axis=0))
+        self.high = np.maximum(self.high, flat.max(axis=0))
+        for start in range(0, len(flat), self.BLOCK):
+            block = flat[start : start + self.BLOCK].astype(np.uint32)
+            self.total += block.sum(axis=0, dtype=np.uint64)
+            self.squares += (block * block).sum(axis=0, dtype=np.uint64)
+        self.count += len(flat)
+
+    def stats(self) -> dict:
+        mean = self.total.astype(np.float64) / self.count
+        var = np.maximum(self.squares.astype(np.float64) / self.count - mean**2, 0.0)
+        as_image = lambda v: (np.asarray(v, np.float64) / 255.0).reshape(3, 1, 1).tolist()  # noqa: E731
+        return {
+            "min": as_image(self.low),
+            "max": as_image(self.high),
+            "mean": as_image(mean),
+            "std": as_image(np.sqrt(var)),
+            "count": [self.count],
+        }
 
 
 def _stats(values: np.ndarray) -> dict:

@@ -22,6 +22,18 @@ AGENT_VERSION = "0.1.0"
 MAX_MESSAGE_BYTES = 32 * 1024 * 1024
 MAX_IMAGE_PIXELS = 4096 * 4096
 MAX_CHUNK_VALUES = 4096
+# Bounds on what a registration may declare: checked before anything is built from it.
+MAX_CAMERAS = 16
+MAX_STATE_FIELDS = 64
+MAX_STATE_DIM = 1024
+MAX_ACTION_DIM = 64
+MAX_NAME_CHARS = 128
+MAX_INSTRUCTION_CHARS = 4096
+MAX_METADATA_ITEMS = 64
+MAX_CONTROL_HZ = 1000.0
+MAX_EPISODE_STEPS = 100_000
+# A JPEG may exceed its raw size on tiny or noisy images by its headers and tables.
+JPEG_OVERHEAD_BYTES = 4096
 
 CODECS = {"jpeg": pb.CODEC_JPEG, "raw": pb.CODEC_RAW_RGB8}
 
@@ -50,11 +62,10 @@ def spec_to_proto(spec: EnvSpec) -> pb.EnvSpec:
 
 
 def spec_from_proto(msg: pb.EnvSpec) -> EnvSpec:
-    """Rebuild an :class:`EnvSpec`; a spec that breaks the contract raises :class:`LinkCodecError`."""
+    """Rebuild an :class:`EnvSpec`; a spec that breaks the contract or the bounds raises
+    :class:`LinkCodecError`. Counts are checked before anything is built from them."""
     try:
-        for cam in msg.cameras:
-            if cam.height * cam.width > MAX_IMAGE_PIXELS:
-                raise ValueError(f"camera {cam.name!r} is {cam.height}x{cam.width}, over the size limit")
+        _check_spec_bounds(msg)
         return EnvSpec(
             name=msg.name,
             cameras=tuple(CameraSpec(c.name, c.height, c.width, float(c.fps)) for c in msg.cameras),
@@ -72,6 +83,82 @@ def spec_from_proto(msg: pb.EnvSpec) -> EnvSpec:
         )
     except ValueError as exc:
         raise LinkCodecError(f"invalid env spec: {exc}") from None
+
+
+def _check_spec_bounds(msg: pb.EnvSpec) -> None:
+    def at_most(what: str, value: float, limit: float) -> None:
+        if value > limit:
+            raise ValueError(f"{what} is {value}, over the limit of {limit}")
+
+    at_most("the number of cameras", len(msg.cameras), MAX_CAMERAS)
+    at_most("the number of state fields", len(msg.state_fields), MAX_STATE_FIELDS)
+    at_most("the number of action dims", len(msg.action.names), MAX_ACTION_DIM)
+    at_most("the number of metadata items", len(msg.metadata), MAX_METADATA_ITEMS)
+    at_most("the instruction length", len(msg.instruction), MAX_INSTRUCTION_CHARS)
+    at_most("control_hz", msg.control_hz, MAX_CONTROL_HZ)  # NaN passes here and fails in EnvSpec
+    at_most("max_episode_steps", msg.max_episode_steps, MAX_EPISODE_STEPS)
+    at_most("the state dim", sum(f.size for f in msg.state_fields), MAX_STATE_DIM)
+    names = [msg.name, *(c.name for c in msg.cameras), *(f.name for f in msg.state_fields), *msg.action.names]
+    names += [*msg.metadata.keys(), *msg.metadata.values()]
+    at_most("the longest name", max(len(n) for n in names), MAX_NAME_CHARS)
+    for cam in msg.cameras:
+        if cam.height * cam.width > MAX_IMAGE_PIXELS:
+            raise ValueError(f"camera {cam.name!r} is {cam.height}x{cam.width}, over the size limit")
+        at_most(f"camera {cam.name!r} fps", cam.fps, MAX_CONTROL_HZ)
+
+
+def check_observation(obs: pb.Observation, spec: EnvSpec) -> None:
+    """Check an observation against the spec without decoding it: the camera set, each frame's
+    declared size and byte count, the state length, finite values, the step within the horizon.
+    Raises :class:`LinkCodecError` naming the field."""
+    names = sorted(f.camera for f in obs.frames)
+    if names != sorted(spec.camera_names):
+        raise LinkCodecError(
+            f"observation {obs.seq}: cameras expected {sorted(spec.camera_names)}, got {names}"
+        )
+    for frame in obs.frames:
+        cam = spec.camera(frame.camera)
+        if (frame.height, frame.width) != (cam.height, cam.width):
+            raise LinkCodecError(
+                f"camera {cam.name!r} expected {cam.height}x{cam.width}, got {frame.height}x{frame.width}"
+            )
+        raw = cam.height * cam.width * 3
+        if frame.codec == pb.CODEC_RAW_RGB8 and len(frame.data) != raw:
+            raise LinkCodecError(
+                f"camera {cam.name!r}: raw frame has {len(frame.data)} bytes, expected {raw}"
+            )
+        if frame.codec == pb.CODEC_JPEG and not 0 < len(frame.data) <= raw + JPEG_OVERHEAD_BYTES:
+            raise LinkCodecError(
+                f"camera {cam.name!r}: a {len(frame.data)}-byte JPEG for {cam.height}x{cam.width}"
+            )
+        if frame.codec not in (pb.CODEC_RAW_RGB8, pb.CODEC_JPEG):
+            raise LinkCodecError(f"camera {cam.name!r}: unknown codec {frame.codec}")
+    if len(obs.state) != spec.state_dim:
+        raise LinkCodecError(
+            f"observation {obs.seq}: state has {len(obs.state)} values, expected {spec.state_dim}"
+        )
+    _check_finite("state", obs.state)
+    if obs.step > spec.max_episode_steps:
+        raise LinkCodecError(
+            f"observation {obs.seq}: step {obs.step} is past max_episode_steps {spec.max_episode_steps}"
+        )
+    if obs.HasField("transition"):
+        t, dim = obs.transition, spec.action.dim
+        for name, values, optional in (
+            ("executed_action", t.executed_action, False),
+            ("policy_action", t.policy_action, True),
+            ("human_action", t.human_action, True),
+        ):
+            if len(values) != dim and not (optional and len(values) == 0):
+                raise LinkCodecError(f"transition.{name} has {len(values)} values, expected {dim}")
+            _check_finite(f"transition.{name}", values)
+        _check_finite("transition.reward", [t.reward])
+
+
+def _check_finite(what: str, values) -> None:
+    array = np.asarray(values, dtype=np.float32)
+    if not np.isfinite(array).all():
+        raise LinkCodecError(f"{what}[{int(np.argmin(np.isfinite(array)))}] is not finite")
 
 
 # -- frames --------------------------------------------------------------------------------------

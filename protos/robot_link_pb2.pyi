@@ -101,7 +101,7 @@ class AgentMessage(_message.Message):
     def __init__(self, register: _Optional[_Union[Register, _Mapping]] = ..., observation: _Optional[_Union[Observation, _Mapping]] = ..., episode_event: _Optional[_Union[EpisodeEvent, _Mapping]] = ..., episode_upload: _Optional[_Union[EpisodeUpload, _Mapping]] = ..., error: _Optional[_Union[AgentError, _Mapping]] = ...) -> None: ...
 
 class Register(_message.Message):
-    __slots__ = ("robot_id", "robot_kind", "spec", "agent_version", "protocol_version", "capabilities", "unacked_episode_ids")
+    __slots__ = ("robot_id", "robot_kind", "spec", "agent_version", "protocol_version", "capabilities", "unacked_episode_ids", "resume_token")
     ROBOT_ID_FIELD_NUMBER: _ClassVar[int]
     ROBOT_KIND_FIELD_NUMBER: _ClassVar[int]
     SPEC_FIELD_NUMBER: _ClassVar[int]
@@ -109,6 +109,7 @@ class Register(_message.Message):
     PROTOCOL_VERSION_FIELD_NUMBER: _ClassVar[int]
     CAPABILITIES_FIELD_NUMBER: _ClassVar[int]
     UNACKED_EPISODE_IDS_FIELD_NUMBER: _ClassVar[int]
+    RESUME_TOKEN_FIELD_NUMBER: _ClassVar[int]
     robot_id: str
     robot_kind: str
     spec: EnvSpec
@@ -116,7 +117,8 @@ class Register(_message.Message):
     protocol_version: int
     capabilities: DriverCapabilities
     unacked_episode_ids: _containers.RepeatedScalarFieldContainer[str]
-    def __init__(self, robot_id: _Optional[str] = ..., robot_kind: _Optional[str] = ..., spec: _Optional[_Union[EnvSpec, _Mapping]] = ..., agent_version: _Optional[str] = ..., protocol_version: _Optional[int] = ..., capabilities: _Optional[_Union[DriverCapabilities, _Mapping]] = ..., unacked_episode_ids: _Optional[_Iterable[str]] = ...) -> None: ...
+    resume_token: str
+    def __init__(self, robot_id: _Optional[str] = ..., robot_kind: _Optional[str] = ..., spec: _Optional[_Union[EnvSpec, _Mapping]] = ..., agent_version: _Optional[str] = ..., protocol_version: _Optional[int] = ..., capabilities: _Optional[_Union[DriverCapabilities, _Mapping]] = ..., unacked_episode_ids: _Optional[_Iterable[str]] = ..., resume_token: _Optional[str] = ...) -> None: ...
 
 class DriverCapabilities(_message.Message):
     __slots__ = ("reset", "reward", "gripper", "action_kinds")
@@ -255,14 +257,16 @@ class TrainerMessage(_message.Message):
     def __init__(self, welcome: _Optional[_Union[Welcome, _Mapping]] = ..., actions: _Optional[_Union[ActionChunk, _Mapping]] = ..., command: _Optional[_Union[Command, _Mapping]] = ..., ack: _Optional[_Union[Ack, _Mapping]] = ...) -> None: ...
 
 class Welcome(_message.Message):
-    __slots__ = ("session_id", "protocol_version", "trainer_version")
+    __slots__ = ("session_id", "protocol_version", "trainer_version", "resume_token")
     SESSION_ID_FIELD_NUMBER: _ClassVar[int]
     PROTOCOL_VERSION_FIELD_NUMBER: _ClassVar[int]
     TRAINER_VERSION_FIELD_NUMBER: _ClassVar[int]
+    RESUME_TOKEN_FIELD_NUMBER: _ClassVar[int]
     session_id: str
     protocol_version: int
     trainer_version: str
-    def __init__(self, session_id: _Optional[str] = ..., protocol_version: _Optional[int] = ..., trainer_version: _Optional[str] = ...) -> None: ...
+    resume_token: str
+    def __init__(self, session_id: _Optional[str] = ..., protocol_version: _Optional[int] = ..., trainer_version: _Optional[str] = ..., resume_token: _Optional[str] = ...) -> None: ...
 
 class ActionChunk(_message.Message):
     __slots__ = ("obs_seq", "chunk_len", "action_dim", "values", "max_age_ms", "policy_version")

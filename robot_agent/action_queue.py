@@ -36,6 +36,7 @@ class ActionQueue:
         self._first_tick = 0
         self._actions = np.zeros((0, 0), dtype=np.float32)
         self._last_obs_seq = -1
+        self._clears = 0
 
     def accept(self, chunk: np.ndarray, obs_seq: int, next_tick: int) -> AcceptedChunk:
         """Queue ``chunk`` (answering ``obs_seq``); ``next_tick`` is the next tick not yet executed."""
@@ -66,9 +67,14 @@ class ActionQueue:
             return AcceptedChunk(first_tick=start, dropped=dropped)
 
     def wait_for(self, tick: int, timeout_s: float) -> np.ndarray | None:
-        """The action for ``tick``, waiting up to ``timeout_s`` for a chunk that covers it."""
+        """The action for ``tick``, waiting up to ``timeout_s`` for a chunk that covers it.
+
+        A :meth:`clear` (the link dropped, the robot holds) ends the wait at once with None."""
         with self._cond:
-            self._cond.wait_for(lambda: self._covers(tick), timeout=max(0.0, timeout_s))
+            cleared = self._clears
+            self._cond.wait_for(
+                lambda: self._covers(tick) or self._clears != cleared, timeout=max(0.0, timeout_s)
+            )
             if not self._covers(tick):
                 self._drop_before(tick + 1)
                 return None
@@ -79,6 +85,8 @@ class ActionQueue:
     def clear(self) -> None:
         with self._cond:
             self._actions = self._actions[:0]
+            self._clears += 1
+            self._cond.notify_all()
 
     def __len__(self) -> int:
         with self._cond:

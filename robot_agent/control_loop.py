@@ -97,7 +97,9 @@ class ControlLoop:
         self.holding = True
         self.estopped = False
         self._link_up = threading.Event()
+        self.link_lost_at: float | None = None  # monotonic time of the last link loss
         self._stop = threading.Event()
+        self._wake = threading.Event()  # ends the sleep between ticks early (link loss, stop)
         self._commands: collections.deque[pb.Command] = collections.deque()
         self._seq = 0  # the tick being run; observations and actions are indexed by it
         self._sent_mono: collections.OrderedDict[int, int] = collections.OrderedDict()
@@ -180,9 +182,14 @@ class ControlLoop:
         self._link_up.set()
 
     def link_down(self) -> None:
-        """Hold now and abort the running episode: no action from a dead link is ever executed."""
+        """Hold now and abort the running episode: no action from a dead link is ever executed.
+
+        The control thread is woken to hold at once, not at its next tick."""
+        if self._link_up.is_set():
+            self.link_lost_at = time.monotonic()
         self._link_up.clear()
         self.queue.clear()
+        self._wake.set()
 
     # -- lifecycle ---------------------------------------------------------------------------------
     def start(self) -> None:
@@ -194,6 +201,7 @@ class ControlLoop:
 
     def stop(self, timeout: float = 5.0) -> None:
         self._stop.set()
+        self._wake.set()
         if self._thread is not None:
             self._thread.join(timeout)
         self._encoder.shutdown(wait=False)
@@ -216,17 +224,46 @@ class ControlLoop:
             with self._seq_lock:
                 self._seq += 1
             next_tick += self.period_s
-            delay = next_tick - time.monotonic()
-            if delay > 0:
-                self._stop.wait(delay)
+            if next_tick > time.monotonic():
+                self._sleep_until(next_tick)
             else:
                 self.stats.late_ticks += 1
                 next_tick = time.monotonic()  # do not try to catch up with a burst of ticks
         self._end_episode(pb.EpisodeEvent.ABORTED, "agent stopped")
         self.driver.close()  # in this thread: drivers may hold thread-bound resources (GL contexts)
 
+    def _sleep_until(self, wake_at: float) -> None:
+        """Sleep to the next tick, but hold the moment the link drops or the watchdog's deadline passes."""
+        while not self._stop.is_set():
+            now = time.monotonic()
+            if now >= wake_at:
+                return
+            until = wake_at
+            if self._episode is not None and not self.holding:
+                until = min(until, self.watchdog.deadline())
+            self._wake.wait(max(0.0, until - now))
+            self._wake.clear()
+            self._hold_if_unsafe()
+
+    def _hold_if_unsafe(self) -> None:
+        if self.holding or self.estopped:
+            return
+        reason = None
+        if not self._link_up.is_set():
+            reason = "link down"
+        elif self._episode is not None and self.watchdog.expired():
+            reason = "watchdog"
+        if reason is not None:
+            try:
+                self.driver.hold()
+            except DriverError as exc:
+                log.error("driver error while holding: %s", exc)
+            self.stats.holds += 1
+            self._enter_hold(reason)
+
     # -- one tick ----------------------------------------------------------------------------------
     def _tick(self, tick_start: float) -> None:
+        self._hold_if_unsafe()  # before observing, which may take a while (cameras)
         while self._commands:
             self._apply_command(self._commands.popleft())
         if not self._link_up.is_set() and self._episode is not None:
@@ -265,7 +302,9 @@ class ControlLoop:
             self.stats.holds += 1
             if episode is not None:
                 self.stats.missed_ticks += 1
-            if episode is not None and self.watchdog.expired():
+            if not self._link_up.is_set():
+                self._enter_hold("link down")
+            elif episode is not None and self.watchdog.expired():
                 self._enter_hold("watchdog")
             return
         self._execute(action, observation, episode)

@@ -25,15 +25,24 @@ from robot_agent.spool import EpisodeSpool
 
 log = logging.getLogger(__name__)
 
+# Statuses that mean "this agent, as configured, is not welcome": retrying cannot help.
 _REFUSED = (
     grpc.StatusCode.UNAUTHENTICATED,
     grpc.StatusCode.PERMISSION_DENIED,
     grpc.StatusCode.FAILED_PRECONDITION,
 )
+# Before the welcome, a registration the trainer cannot take is refused for good too.
+_REFUSED_AT_REGISTRATION = (*_REFUSED, grpc.StatusCode.INVALID_ARGUMENT, grpc.StatusCode.RESOURCE_EXHAUSTED)
+# A TLS handshake that fails (wrong CA, expired or unknown certificate) reads as UNAVAILABLE.
+_TLS_FAILURES = ("handshake", "certificate", "ssl_", "tsi_")
 
 
 class LinkRefused(RuntimeError):
     """The trainer refused this agent (wrong token, certificate or protocol): retrying cannot help."""
+
+
+class LinkLost(ConnectionError):
+    """The session ended (by either side, with any status but a refusal): hold, back off, reconnect."""
 
 
 def channel_options() -> list[tuple[str, int | str]]:
@@ -76,6 +85,8 @@ class LinkClient:
         self.robot_id, self.robot_kind = robot_id, robot_kind
         self.sessions = 0  # sessions that got a welcome
         self.dropped_observations = 0
+        self.resume_token = ""  # from the last welcome: lets a reconnect take over its own old session
+        self._welcomed = False  # in the current session
         self._loop: asyncio.AbstractEventLoop | None = None
         self._outbox: asyncio.Queue[pb.AgentMessage] | None = None
         self._pending_observations = 0
@@ -104,18 +115,18 @@ class LinkClient:
         self._loop = asyncio.get_running_loop()
         backoff = self.config.reconnect_initial_s
         while not stop.is_set():
-            welcomed = False
+            self._welcomed = False
             try:
-                welcomed = await self._session(stop)
+                await self._session(stop)
             except grpc.aio.AioRpcError as exc:
-                if exc.code() in _REFUSED:
-                    raise LinkRefused(
-                        f"the trainer refused robot {self.robot_id!r}: {exc.details()}"
-                    ) from None
+                self._raise_if_refused(exc.code(), exc.details() or "")
                 log.warning("link to %s down: %s %s", self.config.server, exc.code().name, exc.details())
+            except LinkLost as exc:
+                log.warning("link to %s down: %s", self.config.server, exc)
             finally:
                 self._outbox = None
                 self.control.link_down()
+            welcomed = self._welcomed
             if welcomed:
                 backoff = self.config.reconnect_initial_s
             if stop.is_set():
@@ -126,7 +137,17 @@ class LinkClient:
             with contextlib.suppress(asyncio.TimeoutError):
                 await asyncio.wait_for(stop.wait(), delay)
 
-    async def _session(self, stop: asyncio.Event) -> bool:
+    def _raise_if_refused(self, code: grpc.StatusCode, details: str) -> None:
+        refused = _REFUSED if self._welcomed else _REFUSED_AT_REGISTRATION
+        if code in refused:
+            raise LinkRefused(f"the trainer refused robot {self.robot_id!r}: {code.name}: {details}")
+        if code == grpc.StatusCode.UNAVAILABLE and any(m in details.lower() for m in _TLS_FAILURES):
+            raise LinkRefused(
+                f"TLS with {self.config.server} failed ({details.splitlines()[0][:200]}): check --tls-ca "
+                "(the CA that signed the trainer's certificate), the client certificate and its dates"
+            )
+
+    async def _session(self, stop: asyncio.Event) -> None:
         async with make_channel(self.config) as channel:
             stub = pb_grpc.RobotLinkStub(channel)
             metadata = link_codec.metadata_token(self.config.token) if self.config.token else None
@@ -134,14 +155,18 @@ class LinkClient:
             pending = self.spool.pending()
             await call.write(pb.AgentMessage(register=self._register(pending)))
             first = await call.read()
-            if first is grpc.aio.EOF or not first.HasField("welcome"):
-                raise LinkRefused("the trainer closed the session without a welcome")
+            if first is grpc.aio.EOF:
+                await self._ended(call)
+            if not first.HasField("welcome"):
+                raise LinkRefused("the trainer answered the registration with something other than a welcome")
             if first.welcome.protocol_version != link_codec.PROTOCOL_VERSION:
                 raise LinkRefused(
                     f"protocol mismatch: trainer speaks v{first.welcome.protocol_version}, "
                     f"agent v{link_codec.PROTOCOL_VERSION}; upgrade the older side"
                 )
             self.sessions += 1
+            self._welcomed = True
+            self.resume_token = first.welcome.resume_token
             log.info(
                 "connected to %s as %s (session %s)",
                 self.config.server,
@@ -168,7 +193,12 @@ class LinkClient:
                 for task in (*tasks, upload):
                     task.cancel()
                 call.cancel()
-            return True
+
+    async def _ended(self, call) -> None:
+        """The trainer ended the stream: a refusal, or a link loss whatever its status (OK included)."""
+        code, details = await call.code(), await call.details()
+        self._raise_if_refused(code, details or "")
+        raise LinkLost(f"the trainer ended the session ({code.name}{': ' + details if details else ''})")
 
     def _register(self, pending: list[str]) -> pb.Register:
         caps = self.control.driver.capabilities
@@ -185,6 +215,7 @@ class LinkClient:
                 action_kinds=[self.control.spec.action.kind],
             ),
             unacked_episode_ids=pending,
+            resume_token=self.resume_token,
         )
 
     async def _write(self, call, outbox: asyncio.Queue) -> None:
@@ -199,10 +230,7 @@ class LinkClient:
         while True:
             message = await call.read()
             if message is grpc.aio.EOF:
-                status = await call.code()
-                if status in _REFUSED:
-                    raise LinkRefused(f"the trainer closed the session: {await call.details()}")
-                raise ConnectionError("the trainer closed the session")
+                await self._ended(call)
             body = message.WhichOneof("body")
             if body == "actions":
                 self.control.accept_chunk(message.actions)

@@ -92,25 +92,23 @@ def test_wrong_or_missing_token_is_refused_with_a_clear_message(tmp_path, pki, t
         server.stop()
 
 
-def test_mutual_tls_admits_only_agents_with_a_client_certificate(tmp_path, pki):
+def test_mutual_tls_admits_only_agents_with_a_client_certificate_as_its_common_name(tmp_path, pki):
     server = start_server(tls_auth(pki, token=None, client_ca=True))
+    cert = {"tls_ca": str(pki.ca), "tls_cert": str(pki.client_cert), "tls_key": str(pki.client_key)}
     without = start_agent(server.server.port, tmp_path / "a", robot_id="no-cert", tls_ca=str(pki.ca))
-    with_cert = start_agent(
-        server.server.port,
-        tmp_path / "b",
-        robot_id="with-cert",
-        tls_ca=str(pki.ca),
-        tls_cert=str(pki.client_cert),
-        tls_key=str(pki.client_key),
-    )
+    with_cert = start_agent(server.server.port, tmp_path / "b", robot_id="robot-0", **cert)
+    # The certificate is robot-0's: it cannot register another robot's id.
+    impostor = start_agent(server.server.port, tmp_path / "c", robot_id="robot-1", **cert)
     try:
-        server.call(server.server.wait_for_robot("with-cert", timeout=30))
+        server.call(server.server.wait_for_robot("robot-0", timeout=30))
+        impostor.join(30)
+        assert isinstance(impostor.error, LinkRefused) and "common name" in str(impostor.error)
         time.sleep(1.0)
-        assert "no-cert" not in server.server.sessions
+        assert "no-cert" not in server.server.sessions and "robot-1" not in server.server.sessions
         assert without.agent.link.sessions == 0
     finally:
-        without.stop()
-        with_cert.stop()
+        for agent in (without, with_cert, impostor):
+            agent.stop()
         server.stop()
 
 

@@ -217,7 +217,7 @@ def test_a_killed_agent_is_aborted_the_other_continues_and_its_spool_replays_onc
     served = ServeThread(tmp_path)
     port = served.server.port
     config = tmp_path / "robot.json"
-    config.write_text(json.dumps({"driver": {"task": "reach", "control_hz": 20.0, "image_size": 32, **SHORT},
+    config.write_text(json.dumps({"driver": {"task": "reach", "control_hz": 20.0, "image_size": 64, **SHORT},
                                   "agent": {"robot_id": "victim"}}))  # fmt: skip
     command = [
         str(Path(sys.executable).with_name("rlinf-robot")), "connect", "--server", f"127.0.0.1:{port}",

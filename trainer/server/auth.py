@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import hmac
+import json
 import logging
-from dataclasses import dataclass
+from collections.abc import Mapping
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import grpc
@@ -19,13 +21,16 @@ class AuthConfigError(ValueError):
 @dataclass(frozen=True)
 class ServerAuthConfig:
     """``token``: agents must send it. ``tls_cert``/``tls_key``: the server's identity.
-    ``client_ca``: require client certificates signed by it (mutual TLS)."""
+    ``client_ca``: require client certificates signed by it (mutual TLS; a robot then registers as
+    its certificate's common name). ``robot_tokens``: robot id -> a token of its own; such an id is
+    bound to its token, and each token admits only its robot."""
 
     token: str | None = None
     tls_cert: str | None = None
     tls_key: str | None = None
     client_ca: str | None = None
     insecure: bool = False
+    robot_tokens: Mapping[str, str] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         if self.insecure:
@@ -35,8 +40,11 @@ class ServerAuthConfig:
                 "the server needs TLS: set server.tls_cert and server.tls_key (and server.token_file), "
                 "or pass --insecure on a trusted network"
             )
-        if not (self.token or self.client_ca):
-            raise AuthConfigError("set a token (server.token_file) or a client CA for mutual TLS")
+        if not (self.token or self.client_ca or self.robot_tokens):
+            raise AuthConfigError(
+                "set a token (server.token_file), per-robot tokens (server.robot_tokens_file) "
+                "or a client CA for mutual TLS"
+            )
         for name in ("tls_cert", "tls_key", "client_ca"):
             path = getattr(self, name)
             if path and not Path(path).expanduser().is_file():
@@ -57,6 +65,31 @@ class ServerAuthConfig:
         )
 
     def token_ok(self, presented: str | None) -> bool:
-        if self.token is None:
+        """The shared token or any robot's own token (which robot it admits is checked at registration)."""
+        if self.token is None and not self.robot_tokens:
             return True
-        return presented is not None and hmac.compare_digest(presented.encode(), self.token.encode())
+        if presented is None:
+            return False
+        known = [self.token] if self.token else []
+        known += list(self.robot_tokens.values())
+        return any(hmac.compare_digest(presented.encode(), k.encode()) for k in known)
+
+
+def load_robot_tokens(path: str) -> dict[str, str]:
+    """A JSON object ``{robot_id: token}``; one-line errors for a missing or malformed file."""
+    file = Path(path).expanduser()
+    if not file.is_file():
+        raise AuthConfigError(f"server.robot_tokens_file {file} does not exist")
+    try:
+        tokens = json.loads(file.read_text())
+    except json.JSONDecodeError as exc:
+        raise AuthConfigError(f"server.robot_tokens_file {file} is not JSON: {exc}") from None
+    if not isinstance(tokens, dict) or not all(
+        isinstance(k, str) and isinstance(v, str) and k and len(v) >= 16 for k, v in tokens.items()
+    ):
+        raise AuthConfigError(
+            f"server.robot_tokens_file {file} must be a JSON object of robot id -> token (16+ characters)"
+        )
+    if len(set(tokens.values())) != len(tokens):
+        raise AuthConfigError(f"server.robot_tokens_file {file}: two robots share a token")
+    return tokens

@@ -22,8 +22,11 @@ class ServerSection:
     token_file: str = ""
     tls_cert: str = ""
     tls_key: str = ""
-    client_ca: str = ""  # set: mutual TLS
+    client_ca: str = ""  # set: mutual TLS; each robot registers as its certificate's common name
+    robot_tokens_file: str = ""  # JSON {robot_id: token}: each robot id bound to a token of its own
     insecure: bool = False
+    max_session_bytes: int = 4 << 30  # refuse a robot whose spec could make its session hold more
+    reflection: bool = False  # gRPC server reflection (lists the services to anyone who can connect)
 
 
 @dataclass

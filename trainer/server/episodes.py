@@ -2,7 +2,11 @@
 
 A robot's episode is stored when its end event arrives and every step ``0..num_steps`` was seen;
 otherwise the agent is told ``INCOMPLETE`` and uploads its spooled copy. Episode ids already stored
-are acknowledged again without storing twice, which is what makes the agent's resend safe.
+for the same robot are acknowledged again without storing twice, which is what makes the agent's
+resend safe; ids are scoped by robot, so one robot can never have another's episode acknowledged.
+
+What is buffered is bounded by the spec: at most ``LIVE_EPISODES`` open episodes of
+``max_episode_steps + 1`` steps, and one upload of that length (see ``admission.session_budget``).
 """
 
 from __future__ import annotations
@@ -12,6 +16,7 @@ from typing import Protocol
 
 from protos import robot_link_pb2 as pb
 from protos.env_spec import EnvSpec
+from trainer.server.admission import LIVE_EPISODES
 
 
 @dataclass
@@ -33,24 +38,33 @@ class RobotEpisode:
 
 
 class EpisodeSink(Protocol):
-    """Where complete episodes go (a dataset writer, a replay buffer, a test's list)."""
+    """Where complete episodes go (a dataset writer, a replay buffer, a test's list). Thread-safe."""
 
-    def has(self, episode_id: str) -> bool: ...
+    def has(self, episode_id: str, robot_id: str | None = None) -> bool:
+        """Whether the episode is stored (for ``robot_id``, or for any robot when None)."""
+        ...
 
     def store(self, episode: RobotEpisode) -> None: ...
+
+    def features_mismatch(self, spec: EnvSpec, live: list[EnvSpec]) -> str | None:
+        """Why episodes of ``spec`` could not be stored here (``live``: the other connected robots)."""
+        ...
 
 
 @dataclass
 class MemoryEpisodeSink:
-    """Keeps episodes in memory, in arrival order."""
+    """Keeps episodes in memory, in arrival order; takes any spec."""
 
     episodes: list[RobotEpisode] = field(default_factory=list)
 
-    def has(self, episode_id: str) -> bool:
-        return any(e.episode_id == episode_id for e in self.episodes)
+    def has(self, episode_id: str, robot_id: str | None = None) -> bool:
+        return any(e.episode_id == episode_id and robot_id in (None, e.robot_id) for e in list(self.episodes))
 
     def store(self, episode: RobotEpisode) -> None:
         self.episodes.append(episode)
+
+    def features_mismatch(self, spec: EnvSpec, live: list[EnvSpec]) -> str | None:
+        return None
 
 
 class EpisodeAssembler:
@@ -64,12 +78,26 @@ class EpisodeAssembler:
         self.duplicates = 0
 
     def on_observation(self, obs: pb.Observation) -> None:
-        if obs.episode_id:
-            self._live.setdefault(obs.episode_id, {})[obs.step] = obs  # a hold re-sends a step: newest wins
+        if not obs.episode_id:
+            return
+        if obs.episode_id not in self._live and len(self._live) >= LIVE_EPISODES:
+            # The oldest open episode never ended on the stream: its end will be INCOMPLETE and the
+            # agent uploads it from its spool.
+            del self._live[next(iter(self._live))]
+        self._live.setdefault(obs.episode_id, {})[obs.step] = obs  # a hold re-sends a step: newest wins
+
+    def forget_partial(self) -> None:
+        """Free the open episodes and uploads (the link dropped: the agent's spool resends them)."""
+        self._live.clear()
+        self._uploads.clear()
 
     def on_end(self, end: pb.EpisodeEvent) -> pb.Ack:
         steps = self._live.pop(end.episode_id, {})
-        if self.sink.has(end.episode_id):
+        if end.num_steps > self.spec.max_episode_steps:
+            raise ValueError(
+                f"episode {end.episode_id!r} ends after {end.num_steps} steps, over max_episode_steps"
+            )
+        if self.sink.has(end.episode_id, self.robot_id):
             self.duplicates += 1
             return pb.Ack(episode_id=end.episode_id, status=pb.Ack.STORED)
         if any(i not in steps for i in range(end.num_steps + 1)):
@@ -78,15 +106,20 @@ class EpisodeAssembler:
 
     def on_upload(self, part: pb.EpisodeUpload) -> pb.Ack | None:
         """Accumulate an upload; on its last part, store it and return the ack."""
-        buffer = self._uploads.setdefault(part.episode_id, [])
         if part.part == 0:
-            buffer.clear()
+            self._uploads.clear()  # one upload at a time; a restarted one starts over
+            self._uploads[part.episode_id] = []
+        buffer = self._uploads.get(part.episode_id)
+        if buffer is None:
+            raise ValueError(f"upload part {part.part} of episode {part.episode_id!r} without its part 0")
         buffer.extend(part.observations)
+        if len(buffer) > self.spec.max_episode_steps + 1:
+            raise ValueError(f"upload of episode {part.episode_id!r} is longer than max_episode_steps + 1")
         if not part.last:
             return None
         observations = self._uploads.pop(part.episode_id)
         self._live.pop(part.episode_id, None)
-        if self.sink.has(part.episode_id):
+        if self.sink.has(part.episode_id, self.robot_id):
             self.duplicates += 1
             return pb.Ack(episode_id=part.episode_id, status=pb.Ack.STORED)
         steps = [o.step for o in observations]

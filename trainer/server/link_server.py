@@ -1,9 +1,13 @@
 """The trainer's side of the robot link: a grpc asyncio server that accepts many robot agents at once.
 
 Each agent opens one ``Session`` stream. The server checks the token, reads the registration (the
-robot's :class:`EnvSpec` travels in it), and then keeps a :class:`RobotSession` that the rest of the
-trainer uses to read observations and send actions and commands. A robot id that reconnects takes
-over its old session. Episodes are stored once each through an :class:`EpisodeSink`.
+robot's :class:`EnvSpec` travels in it), admits it (:mod:`trainer.server.admission`: identity, the
+memory budget, the dataset's features) and then keeps a :class:`RobotSession` that the rest of the
+trainer uses to read observations and send actions and commands. Every message is checked against
+the spec as it arrives; a bad one ends that robot's stream with a status naming the field, and
+never touches another robot. Episodes are stored once each through an :class:`EpisodeSink`, on a
+pool of threads: a robot whose episode is being stored is not read meanwhile (back-pressure on that
+robot alone).
 """
 
 from __future__ import annotations
@@ -24,6 +28,7 @@ from grpc_reflection.v1alpha import reflection
 from protos import link_codec
 from protos import robot_link_pb2 as pb
 from protos import robot_link_pb2_grpc as pb_grpc
+from trainer.server import admission
 from trainer.server.auth import ServerAuthConfig
 from trainer.server.episodes import EpisodeAssembler, EpisodeSink, MemoryEpisodeSink
 from trainer.server.session import RobotSession
@@ -32,6 +37,7 @@ log = logging.getLogger(__name__)
 
 SERVICE_NAME = pb.DESCRIPTOR.services_by_name["RobotLink"].full_name
 REGISTER_TIMEOUT_S = 10.0
+STORE_THREADS = 4
 
 
 @dataclass(frozen=True)
@@ -42,6 +48,8 @@ class LinkServerConfig:
     port: int = 50051
     auth: ServerAuthConfig = field(default_factory=lambda: ServerAuthConfig(insecure=True))
     max_message_bytes: int = link_codec.MAX_MESSAGE_BYTES
+    max_session_bytes: int = 4 << 30  # refuse robots whose spec could make their session hold more
+    reflection: bool = False  # gRPC server reflection (lists the services to anyone who can connect)
 
 
 SessionHook = Callable[[RobotSession], Awaitable[None] | None]
@@ -66,8 +74,9 @@ class LinkServer:
         self._server: grpc.aio.Server | None = None
         self._session_added = asyncio.Condition()
         self._tasks: set[asyncio.Task] = set()
-        # Episodes are stored (decoded, encoded, written) on one thread, off the event loop, in order.
-        self.store_executor = ThreadPoolExecutor(1, thread_name_prefix="episode-store")
+        # Episodes are stored (decoded, encoded, written) off the event loop; one robot's in order
+        # (its stream waits for its store), several robots' at once.
+        self.store_executor = ThreadPoolExecutor(STORE_THREADS, thread_name_prefix="episode-store")
 
     async def start(self) -> int:
         """Bind and start serving; returns the bound port (useful with ``port=0``)."""
@@ -86,9 +95,10 @@ class LinkServer:
         pb_grpc.add_RobotLinkServicer_to_server(_Servicer(self), self._server)
         health = health_aio.HealthServicer()
         health_pb2_grpc.add_HealthServicer_to_server(health, self._server)
-        reflection.enable_server_reflection(
-            (SERVICE_NAME, "grpc.health.v1.Health", reflection.SERVICE_NAME), self._server
-        )
+        if self.config.reflection:
+            reflection.enable_server_reflection(
+                (SERVICE_NAME, "grpc.health.v1.Health", reflection.SERVICE_NAME), self._server
+            )
         address = f"{self.config.host}:{self.config.port}"
         credentials = self.config.auth.credentials()
         if credentials is None:
@@ -126,6 +136,31 @@ class LinkServer:
         return session
 
     # -- session bookkeeping (called by the servicer) ----------------------------------------------
+    def admit(
+        self, register: pb.Register, spec, token: str | None, certificate_names: list[str], peer: str
+    ) -> admission.Refusal | None:
+        """Why this registration may not open a session, or None (see :mod:`trainer.server.admission`)."""
+        auth = self.config.auth
+        live = self.sessions.get(register.robot_id)
+        live_token = live.resume_token if live is not None and live.state != "disconnected" else None
+        others = [s.spec for s in self.sessions.values() if s.state != "disconnected" and s is not live]
+        mismatch = self.sink.features_mismatch(spec, others)
+        return (
+            admission.check_identity(
+                register.robot_id, token, certificate_names, auth.robot_tokens, bool(auth.client_ca)
+            )
+            or admission.check_takeover(live_token, register.resume_token, register.robot_id, peer)
+            or admission.check_budget(spec, self.config.max_session_bytes)
+            or (
+                admission.Refusal(
+                    grpc.StatusCode.FAILED_PRECONDITION,
+                    f"robot {register.robot_id!r} does not fit the dataset being recorded: {mismatch}",
+                )
+                if mismatch
+                else None
+            )
+        )
+
     async def _open(self, register: pb.Register, spec) -> RobotSession:
         old = self.sessions.get(register.robot_id)
         if old is not None and old.state != "disconnected":
@@ -154,34 +189,23 @@ class _Servicer(pb_grpc.RobotLinkServicer):
     async def Session(self, request_iterator, context: grpc.aio.ServicerContext):  # noqa: N802 (the rpc's name)
         server = self.server
         metadata = dict(context.invocation_metadata() or ())
-        if not server.config.auth.token_ok(link_codec.token_from_metadata(metadata)):
-            server.refused += 1
-            log.warning("refused an agent from %s: wrong or missing token", context.peer())
-            await context.abort(
+        token = link_codec.token_from_metadata(metadata)
+        if not server.config.auth.token_ok(token):
+            await self._refuse(
+                context,
                 grpc.StatusCode.UNAUTHENTICATED,
                 "wrong or missing token: start the agent with --token-file holding this trainer's token",
             )
-        try:
-            first = await asyncio.wait_for(anext(aiter(request_iterator)), REGISTER_TIMEOUT_S)
-        except (StopAsyncIteration, asyncio.TimeoutError):
-            await context.abort(grpc.StatusCode.INVALID_ARGUMENT, "the first message must be a registration")
-        if not first.HasField("register"):
-            server.refused += 1
-            await context.abort(grpc.StatusCode.INVALID_ARGUMENT, "the first message must be a registration")
-        register = first.register
-        if register.protocol_version != link_codec.PROTOCOL_VERSION:
-            server.refused += 1
-            await context.abort(
-                grpc.StatusCode.FAILED_PRECONDITION,
-                f"agent speaks protocol v{register.protocol_version}, trainer v{link_codec.PROTOCOL_VERSION}",
-            )
-        if not register.robot_id:
-            await context.abort(grpc.StatusCode.INVALID_ARGUMENT, "registration lacks a robot_id")
+        register = await self._registration(request_iterator, context)
         try:
             spec = link_codec.spec_from_proto(register.spec)
         except link_codec.LinkCodecError as exc:
-            server.refused += 1
-            await context.abort(grpc.StatusCode.INVALID_ARGUMENT, str(exc))
+            await self._refuse(
+                context, grpc.StatusCode.INVALID_ARGUMENT, f"robot {register.robot_id!r}: {exc}"
+            )
+        refusal = server.admit(register, spec, token, _certificate_names(context), context.peer())
+        if refusal is not None:
+            await self._refuse(context, refusal.code, refusal.message)
         session = await server._open(register, spec)
         log.info("robot %s (%s) registered: %s", register.robot_id, register.robot_kind, spec.name)
         reader = asyncio.create_task(self._read(request_iterator, session))
@@ -191,6 +215,7 @@ class _Servicer(pb_grpc.RobotLinkServicer):
                     session_id=session.session_id,
                     protocol_version=link_codec.PROTOCOL_VERSION,
                     trainer_version=link_codec.AGENT_VERSION,
+                    resume_token=session.resume_token,
                 )
             )
             while True:
@@ -207,11 +232,50 @@ class _Servicer(pb_grpc.RobotLinkServicer):
                         f"of {server.config.max_message_bytes}",
                     )
                 yield message
+            if session.close_status is not None:  # the agent sent something wrong: tell it what
+                await context.abort(*session.close_status)
         finally:
             reader.cancel()
             if server.sessions.get(session.robot_id) is session:
                 await session.close()
+            server.assemblers[session.robot_id].forget_partial()
             log.info("robot %s disconnected", session.robot_id)
+
+    async def _registration(self, request_iterator, context) -> pb.Register:
+        """The first message, which must be a valid registration; anything else ends the call."""
+        try:
+            first = await asyncio.wait_for(anext(aiter(request_iterator)), REGISTER_TIMEOUT_S)
+        except (StopAsyncIteration, asyncio.TimeoutError):
+            await self._refuse(
+                context, grpc.StatusCode.INVALID_ARGUMENT, "the first message must be a registration"
+            )
+        except grpc.aio.AioRpcError:
+            raise
+        except Exception as exc:  # an undecodable message: grpc raises from its deserializer
+            await self._refuse(context, grpc.StatusCode.INVALID_ARGUMENT, f"unreadable first message ({exc})")
+        if not first.HasField("register"):
+            await self._refuse(
+                context, grpc.StatusCode.INVALID_ARGUMENT, "the first message must be a registration"
+            )
+        register = first.register
+        if register.protocol_version != link_codec.PROTOCOL_VERSION:
+            await self._refuse(
+                context,
+                grpc.StatusCode.FAILED_PRECONDITION,
+                f"agent speaks protocol v{register.protocol_version}, trainer v{link_codec.PROTOCOL_VERSION}",
+            )
+        if not register.robot_id or len(register.robot_id) > link_codec.MAX_NAME_CHARS:
+            await self._refuse(
+                context,
+                grpc.StatusCode.INVALID_ARGUMENT,
+                "registration needs a robot_id of 1..128 characters",
+            )
+        return register
+
+    async def _refuse(self, context, code: grpc.StatusCode, message: str) -> None:
+        self.server.refused += 1
+        log.warning("refused an agent from %s: %s", context.peer(), message)
+        await context.abort(code, message)
 
     async def _read(self, request_iterator, session: RobotSession) -> None:
         assembler = self.server.assemblers[session.robot_id]
@@ -222,8 +286,12 @@ class _Servicer(pb_grpc.RobotLinkServicer):
                 await self._dispatch(message, session, assembler)
         except (grpc.aio.AioRpcError, grpc.aio.AbortError, asyncio.CancelledError):
             pass  # the stream ended, or the writer side aborted it
-        except Exception as exc:  # a malformed message ends this robot's session, never the server
+        except (link_codec.LinkCodecError, ValueError) as exc:  # this robot's stream ends, no other
             log.warning("robot %s sent a bad message: %s", session.robot_id, exc)
+            session.close_status = (grpc.StatusCode.INVALID_ARGUMENT, f"robot {session.robot_id!r}: {exc}")
+        except Exception as exc:
+            log.exception("robot %s: unexpected failure reading its stream", session.robot_id)
+            session.close_status = (grpc.StatusCode.INTERNAL, f"trainer failed on a message: {exc}")
         finally:
             await session.close()
 
@@ -232,20 +300,28 @@ class _Servicer(pb_grpc.RobotLinkServicer):
     ) -> Any:
         body = message.WhichOneof("body")
         if body == "observation":
-            assembler.on_observation(message.observation)
-            await session.on_observation(message.observation)
+            observation = message.observation
+            link_codec.check_observation(observation, session.spec)
+            if session.latest is not None and observation.seq <= session.latest.seq:
+                raise link_codec.LinkCodecError(
+                    f"observation seq {observation.seq} is not after the last one ({session.latest.seq})"
+                )
+            assembler.on_observation(observation)
+            await session.on_observation(observation)
         elif body == "episode_event":
             event = message.episode_event
             session.events.put_nowait(event)
             if event.kind in (pb.EpisodeEvent.ENDED, pb.EpisodeEvent.ABORTED):
                 self._ack(session, await self._stored(assembler.on_end, event))
         elif body == "episode_upload":
+            for observation in message.episode_upload.observations:
+                link_codec.check_observation(observation, session.spec)
             ack = await self._stored(assembler.on_upload, message.episode_upload)
             if ack is not None:
                 self._ack(session, ack)
         elif body == "error":
             session.stats.errors += 1
-            session.stats.last_error = f"{message.error.code}: {message.error.message}"
+            session.stats.last_error = f"{message.error.code}: {message.error.message}"[:500]
             log.warning("robot %s: %s", session.robot_id, session.stats.last_error)
         else:
             raise ValueError(f"unexpected message {body!r} after registration")
@@ -260,6 +336,12 @@ class _Servicer(pb_grpc.RobotLinkServicer):
             session.stats.episodes_stored += 1
         if session.state != "disconnected":
             session.send_raw(pb.TrainerMessage(ack=ack))
+
+
+def _certificate_names(context) -> list[str]:
+    """The client certificate's common name(s), under mutual TLS; empty otherwise."""
+    auth = context.auth_context() or {}
+    return [name.decode() for name in auth.get("x509_common_name", [])]
 
 
 class LinkServerThread:

@@ -4,11 +4,14 @@ from __future__ import annotations
 
 import json
 import logging
+import threading
 from pathlib import Path
 
 from protos import robot_link_pb2 as pb
+from protos.env_spec import EnvSpec
 from protos.episode_frames import robot_episode_frames
 from protos.lerobot_dataset import DEFAULT_VIDEO, EpisodeFrames, LeRobotWriter, VideoFormat
+from trainer.server.admission import features_mismatch, features_of
 from trainer.server.episodes import RobotEpisode
 
 log = logging.getLogger(__name__)
@@ -19,35 +22,56 @@ def to_frames(episode: RobotEpisode) -> EpisodeFrames:
 
 
 class LeRobotEpisodeSink:
-    """An :class:`~trainer.server.episodes.EpisodeSink` that writes a LeRobot v3 dataset."""
+    """An :class:`~trainer.server.episodes.EpisodeSink` that writes a LeRobot v3 dataset.
+
+    Several store threads may call it at once: each encodes its episode's videos on its own, and
+    the dataset's files and metadata are appended under one lock.
+    """
 
     def __init__(self, root: str, video: VideoFormat = DEFAULT_VIDEO) -> None:
         self.root, self.video = root, video
         self.writer: LeRobotWriter | None = None
-        self._empty: set[str] = set()
+        self._empty: set[tuple[str, str]] = set()
+        self._lock = threading.Lock()
 
-    def has(self, episode_id: str) -> bool:
-        if episode_id in self._empty:
-            return True
-        self._open_existing()
-        return self.writer is not None and any(
-            e.get("episode_id") == episode_id for e in self.writer.episodes
-        )
+    def has(self, episode_id: str, robot_id: str | None = None) -> bool:
+        with self._lock:
+            if any(e == episode_id and robot_id in (None, r) for r, e in self._empty):
+                return True
+            self._open_existing()
+            source = None if robot_id is None else f"robot:{robot_id}"
+            return self.writer is not None and any(
+                e.get("episode_id") == episode_id and source in (None, e.get("source"))
+                for e in self.writer.episodes
+            )
 
     def store(self, episode: RobotEpisode) -> None:
         if episode.end.num_steps == 0:
-            self._empty.add(episode.episode_id)  # aborted before its first action: nothing to learn from
+            with self._lock:  # aborted before its first action: nothing to learn from
+                self._empty.add((episode.robot_id, episode.episode_id))
             return
-        if self.writer is None:
-            self.writer = LeRobotWriter(
-                self.root,
-                fps=episode.spec.control_hz,
-                robot_type=episode.robot_id,
-                video=self.video,
-            )
-        index = self.writer.add_episode(to_frames(episode))
+        with self._lock:
+            if self.writer is None:
+                self._open_existing()
+            if self.writer is None:
+                self.writer = LeRobotWriter(
+                    self.root, fps=episode.spec.control_hz, robot_type=episode.robot_id, video=self.video
+                )
+            writer = self.writer
+        staged = writer.stage(to_frames(episode))  # the slow part (video encoding), outside the lock
+        with self._lock:
+            index = writer.commit(staged)
         log.info("recorded episode %d (%s, %d steps, %s)", index, episode.episode_id, episode.end.num_steps,
                  pb.EpisodeEvent.Kind.Name(episode.end.kind))  # fmt: skip
+
+    def features_mismatch(self, spec: EnvSpec, live: list[EnvSpec]) -> str | None:
+        """Against the dataset's features once it has episodes, else against a connected robot's."""
+        with self._lock:
+            self._open_existing()
+            info = self.writer.info if self.writer is not None else None
+        if info is not None and info.get("total_episodes"):
+            return features_mismatch(dataset_features(info), spec)
+        return features_mismatch(features_of(live[0]), spec) if live else None
 
     def _open_existing(self) -> None:
         if self.writer is None:
@@ -55,3 +79,15 @@ class LeRobotEpisodeSink:
             if info.exists():
                 fps = float(json.loads(info.read_text())["fps"])
                 self.writer = LeRobotWriter(self.root, fps=fps, video=self.video)
+
+
+def dataset_features(info: dict) -> dict[str, object]:
+    """A recorded dataset's features in the form of :func:`~trainer.server.admission.features_of`."""
+    features = info["features"]
+    prefix = "observation.images."
+    return {
+        "fps": float(info["fps"]),
+        "cameras": {k[len(prefix) :]: list(f["shape"]) for k, f in features.items() if k.startswith(prefix)},
+        "observation.state": features["observation.state"]["shape"][0],
+        "action": features["action"]["shape"][0],
+    }

@@ -37,12 +37,26 @@ def auth_from(config: ServeConfig) -> ServerAuthConfig:
 
             raise AuthConfigError(f"server.token_file {path} does not exist")
         token = path.read_text().strip()
+    from trainer.server.auth import load_robot_tokens
+
     return ServerAuthConfig(
         token=token,
         tls_cert=server.tls_cert or None,
         tls_key=server.tls_key or None,
         client_ca=server.client_ca or None,
         insecure=server.insecure,
+        robot_tokens=load_robot_tokens(server.robot_tokens_file) if server.robot_tokens_file else {},
+    )
+
+
+def link_config(config: ServeConfig) -> LinkServerConfig:
+    server = config.server
+    return LinkServerConfig(
+        host=server.host,
+        port=server.port,
+        auth=auth_from(config),
+        max_session_bytes=server.max_session_bytes,
+        reflection=server.reflection,
     )
 
 
@@ -184,11 +198,7 @@ async def serve(config: ServeConfig, stop: asyncio.Event, on_started=None) -> Li
         on_session = lambda session: evaluation.run(session, stop)  # noqa: E731
     else:
         on_session = lambda session: collect(session, config, stop)  # noqa: E731
-    server = LinkServer(
-        LinkServerConfig(host=config.server.host, port=config.server.port, auth=auth_from(config)),
-        sink=sink,
-        on_session=on_session,
-    )
+    server = LinkServer(link_config(config), sink=sink, on_session=on_session)
     port = await server.start()
     log.info("serving robots on %s:%d (mode %s), recording to %s", config.server.host, port, config.server.mode,
              config.data.record_dir)  # fmt: skip
@@ -224,9 +234,7 @@ def start_link(config: ServeConfig):
     from trainer.server.link_server import LinkServerThread
 
     sink = LeRobotEpisodeSink(config.data.record_dir, config.data.video_format())
-    link = LinkServer(
-        LinkServerConfig(host=config.server.host, port=config.server.port, auth=auth_from(config)), sink=sink
-    )
+    link = LinkServer(link_config(config), sink=sink)
     return link, LinkServerThread(link).start()
 
 

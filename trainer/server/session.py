@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import secrets
 import time
 import uuid
 from collections import deque
@@ -13,6 +14,7 @@ import numpy as np
 from protos import link_codec
 from protos import robot_link_pb2 as pb
 from protos.env_spec import EnvSpec
+from trainer.server.admission import RECENT_OBSERVATIONS
 
 STATES = ("streaming", "holding", "disconnected")
 
@@ -48,11 +50,14 @@ class RobotSession:
         self.capabilities = register.capabilities
         self.spec = spec
         self.session_id = uuid.uuid4().hex[:12]
+        self.resume_token = secrets.token_urlsafe(24)  # only this agent learns it (in its Welcome)
         self.state = "streaming"
+        self.close_status: tuple | None = None  # (grpc status, message) when the agent sent something wrong
         self.stats = SessionStats()
         self.outbox: asyncio.Queue[pb.TrainerMessage | None] = asyncio.Queue()
         self.latest: pb.Observation | None = None
-        self.recent: deque[pb.Observation] = deque(maxlen=1024)  # every step of a chunk, not just the newest
+        # Every step of a chunk, not just the newest (bounded: it counts in the session's memory budget).
+        self.recent: deque[pb.Observation] = deque(maxlen=RECENT_OBSERVATIONS)
         self.events: asyncio.Queue[pb.EpisodeEvent] = asyncio.Queue()
         self._new_observation = asyncio.Condition()
         self._received_at: dict[int, float] = {}
@@ -110,7 +115,11 @@ class RobotSession:
         return [obs for obs in self.recent if obs.seq > after_seq]
 
     async def close(self) -> None:
+        """End the session and free what it buffered (the newest observation stays, for inspection)."""
         self.state = "disconnected"
+        self.recent.clear()
+        self._answers.clear()
+        self._received_at.clear()
         self.outbox.put_nowait(None)
         async with self._new_observation:
             self._new_observation.notify_all()
