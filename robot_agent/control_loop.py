@@ -30,6 +30,7 @@ from protos.validation import ContractError
 from robot_agent.action_queue import ActionQueue, StaleChunk
 from robot_agent.config import AgentConfig
 from robot_agent.drivers.base import DriverError, RobotDriver
+from robot_agent.log_limit import ReportLimiter
 from robot_agent.safety import SafetyFilter
 from robot_agent.spool import EpisodeSpool
 from robot_agent.teleop import TeleopLost, TeleopMapper
@@ -114,6 +115,7 @@ class ControlLoop:
         # (tick, its transition): a tick the human drove before the policy's answer came. The answer
         # is still recorded if it arrives before the transition is sent with the next observation.
         self._awaiting_policy: tuple[int, pb.Transition] | None = None
+        self._rejections = ReportLimiter()  # a flood of bad chunks: one log line and error a second
 
     # -- called from the link thread ---------------------------------------------------------------
     def accept_chunk(self, msg: pb.ActionChunk) -> str | None:
@@ -516,8 +518,11 @@ class ControlLoop:
 
     def _reject(self, code: str, message: str) -> str:
         self.stats.chunks_rejected += 1
-        log.warning("rejected action chunk (%s): %s", code, message)
-        self._send_error(code, message)
+        held = self._rejections.allow(code)
+        if held is not None:
+            more = f" (and {held} more since the last report)" if held else ""
+            log.warning("rejected action chunk (%s): %s%s", code, message, more)
+            self._send_error(code, message + more)
         return message
 
     def _send_error(self, code: str, message: str) -> None:

@@ -72,3 +72,15 @@ def test_wait_for_wakes_when_a_chunk_arrives():
 def test_unknown_merge_mode_is_named():
     with pytest.raises(ValueError, match="merge"):
         ActionQueue("average")
+
+
+def test_a_flood_of_reports_is_let_through_once_per_interval_with_the_count_held_back():
+    from robot_agent.log_limit import ReportLimiter
+
+    now = [0.0]
+    limiter = ReportLimiter(1.0, burst=5, clock=lambda: now[0])
+    assert [limiter.allow("bad_action") for _ in range(5)] == [0] * 5
+    assert [limiter.allow("bad_action") for _ in range(999)] == [None] * 999
+    assert limiter.allow("stale_action") == 0  # keys are limited separately
+    now[0] = 1.0
+    assert limiter.allow("bad_action") == 999
