@@ -120,6 +120,7 @@ class LinkClient:
                 await self._session(stop)
             except grpc.aio.AioRpcError as exc:
                 self._raise_if_refused(exc.code(), exc.details() or "")
+                await self._raise_if_tls_fails(exc.code())
                 log.warning("link to %s down: %s %s", self.config.server, exc.code().name, exc.details())
             except LinkLost as exc:
                 log.warning("link to %s down: %s", self.config.server, exc)
@@ -146,6 +147,16 @@ class LinkClient:
                 f"TLS with {self.config.server} failed ({details.splitlines()[0][:200]}): check --tls-ca "
                 "(the CA that signed the trainer's certificate), the client certificate and its dates"
             )
+
+    async def _raise_if_tls_fails(self, code: grpc.StatusCode) -> None:
+        """Before a welcome, an UNAVAILABLE under TLS may hide a certificate problem: probe once."""
+        if self._welcomed or self.config.insecure or code != grpc.StatusCode.UNAVAILABLE:
+            return
+        from robot_agent.tls_probe import tls_failure
+
+        reason = await asyncio.to_thread(tls_failure, self.config)
+        if reason is not None:
+            raise LinkRefused(f"TLS with {self.config.server} failed: {reason}")
 
     async def _session(self, stop: asyncio.Event) -> None:
         async with make_channel(self.config) as channel:

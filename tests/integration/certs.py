@@ -20,6 +20,8 @@ class TestPKI:
     server_key: Path
     client_cert: Path
     client_key: Path
+    expired_cert: Path  # robot-0's, signed by the CA, valid until yesterday
+    expired_key: Path
 
 
 def _name(common_name: str) -> x509.Name:
@@ -35,9 +37,11 @@ def _write(path: Path, key, cert) -> None:
     path.with_suffix(".pem").write_bytes(cert.public_bytes(serialization.Encoding.PEM))
 
 
-def _issue(common_name: str, ca_key, ca_name, *, is_ca: bool = False, san: list | None = None):
+def _issue(
+    common_name: str, ca_key, ca_name, *, is_ca: bool = False, san: list | None = None, expired: bool = False
+):
     key = ec.generate_private_key(ec.SECP256R1())
-    now = datetime.datetime.now(datetime.timezone.utc)
+    now = datetime.datetime.now(datetime.timezone.utc) - datetime.timedelta(days=2 if expired else 0)
     builder = (
         x509.CertificateBuilder()
         .subject_name(_name(common_name))
@@ -62,10 +66,16 @@ def make_pki(folder: Path) -> TestPKI:
     _write(folder / "server", server_key, server_cert)
     client_key, client_cert = _issue("robot-0", ca_key, ca_cert.subject, san=[x509.DNSName("robot-0")])
     _write(folder / "client", client_key, client_cert)
+    expired_key, expired_cert = _issue(
+        "robot-0", ca_key, ca_cert.subject, san=[x509.DNSName("robot-0")], expired=True
+    )
+    _write(folder / "expired", expired_key, expired_cert)
     return TestPKI(
         folder / "ca.pem",
         folder / "server.pem",
         folder / "server.key",
         folder / "client.pem",
         folder / "client.key",
+        folder / "expired.pem",
+        folder / "expired.key",
     )

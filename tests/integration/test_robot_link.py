@@ -112,6 +112,26 @@ def test_mutual_tls_admits_only_agents_with_a_client_certificate_as_its_common_n
         server.stop()
 
 
+def test_an_expired_certificate_or_a_wrong_ca_stops_the_agent_with_one_line(tmp_path, pki):
+    server = start_server(tls_auth(pki, token=None, client_ca=True))
+    expired = start_agent(server.server.port, tmp_path / "a", robot_id="robot-0", tls_ca=str(pki.ca),
+                          tls_cert=str(pki.expired_cert), tls_key=str(pki.expired_key))  # fmt: skip
+    # The client certificate as the CA: it did not sign the trainer's certificate.
+    wrong_ca = start_agent(server.server.port, tmp_path / "b", robot_id="robot-0", tls_ca=str(pki.client_cert),
+                           tls_cert=str(pki.client_cert), tls_key=str(pki.client_key))  # fmt: skip
+    try:
+        for agent in (expired, wrong_ca):
+            agent.join(30)
+            assert not agent.is_alive(), "the agent kept retrying"
+            assert isinstance(agent.error, LinkRefused) and "TLS" in str(agent.error), agent.error
+            assert "\n" not in str(agent.error)
+        assert not server.server.sessions
+    finally:
+        expired.stop()
+        wrong_ca.stop()
+        server.stop()
+
+
 def test_killed_server_puts_the_robot_in_hold_and_the_spool_is_replayed(tmp_path):
     server = start_server()
     port = server.server.port
