@@ -117,7 +117,7 @@ class DriverRig:
                 )
             # Deltas move the commanded target (which may lead the TCP): close the gap from there.
             targets = self.driver.tcp_targets()
-            step = target[:3, 3] - (targets[0] if targets is not None else current[:3, 3])
+            step = target[:3, 3] - (targets[0].position if targets is not None else current[:3, 3])
             action = np.zeros(self.driver.spec.action.dim, np.float32)
             action[:3] = np.clip(step / self._scale.max_translation_m, -1, 1)
             action[3:6] = np.clip(0.5 * rotvec / self._scale.max_rotation_rad, -1, 1)

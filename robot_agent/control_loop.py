@@ -91,6 +91,7 @@ class ControlLoop:
         self.spec = driver.spec
         self.period_s = 1.0 / self.spec.control_hz
         self.safety = SafetyFilter(self.spec, driver.arms, config.safety)
+        driver.set_safety_limits(config.safety)
         self.queue = ActionQueue(config.chunk_merge)
         self.watchdog = Watchdog(config.safety.watchdog_periods * self.period_s)
         self.stats = LoopStats()
@@ -455,6 +456,7 @@ class ControlLoop:
         self._end_episode(pb.EpisodeEvent.ENDED, "a new episode was started")
         self.queue.clear()
         self.driver.reset(int(command.seed) if command.seed else None)
+        self.safety.begin_episode()
         episode_id = command.episode_id or f"{self.config.robot_id}-{uuid.uuid4().hex[:12]}"
         try:
             self.spool.begin(episode_id)

@@ -1,9 +1,11 @@
 """Local safety: every action passes through here on the robot PC before it reaches a driver.
 
 The trainer is never trusted. A chunk with a wrong shape, NaN or out-of-range value is rejected as a
-whole; a valid action is limited per step (translation, rotation, gripper rate) and its target is
-kept inside the workspace box. The watchdog and the stale-action rules live in ``action_queue.py``
-and ``watchdog.py``.
+whole; a valid action is limited per step (translation, rotation, gripper rate). Its target is kept
+inside the workspace box, within a short lead of the *measured* TCP (so the arm never builds up
+momentum toward a wall or jumps when it comes free), and its orientation within a bound of both the
+measured orientation and the episode's first one. The watchdog and the stale-action rules live in
+``action_queue.py`` and ``watchdog.py``.
 """
 
 from __future__ import annotations
@@ -14,6 +16,7 @@ import numpy as np
 
 from protos.env_spec import EE_DELTA_POSE_GRIPPER, EnvSpec
 from protos.validation import ContractError, validate_action
+from robot_agent.pose_math import limit_rotation, matrix_to_rotvec, quat_to_matrix, rotvec_to_matrix
 
 
 @dataclass(frozen=True)
@@ -25,6 +28,11 @@ class SafetyConfig:
     max_translation_m: float = 0.03
     max_rotation_rad: float = 0.2
     max_gripper_change: float = 1.0  # normalised gripper units per step (the full range is 2)
+    # The commanded target never leads the measured TCP by more than this: a stalled or lagging arm
+    # cannot store up a jump, and the speed toward a wall (hence the overshoot past it) stays bounded.
+    max_target_lead_m: float = 0.03
+    max_rotation_lead_rad: float = 0.2  # the same for orientation (commanded vs measured)
+    max_orientation_change_rad: float = 1.6  # how far the TCP may turn from its orientation at episode start
     watchdog_periods: float = 2.0  # hold when no valid action arrived within this many control periods
     max_action_age_ms: float = 500.0  # reject chunks answering an observation older than this
 
@@ -32,7 +40,15 @@ class SafetyConfig:
         low, high = np.asarray(self.workspace_low), np.asarray(self.workspace_high)
         if low.shape != (3,) or high.shape != (3,) or not (low < high).all():
             raise ValueError(f"safety workspace must be 3 lows below 3 highs, got {low} / {high}")
-        for name in ("max_translation_m", "max_rotation_rad", "max_gripper_change", "watchdog_periods"):
+        for name in (
+            "max_translation_m",
+            "max_rotation_rad",
+            "max_gripper_change",
+            "watchdog_periods",
+            "max_target_lead_m",
+            "max_rotation_lead_rad",
+            "max_orientation_change_rad",
+        ):
             if getattr(self, name) <= 0:
                 raise ValueError(f"safety.{name} must be > 0, got {getattr(self, name)}")
         if self.max_action_age_ms <= 0:
@@ -50,6 +66,24 @@ class ArmScaling:
     max_translation_m: float
     max_rotation_rad: float
     prefix: str = ""
+
+
+@dataclass(frozen=True)
+class TcpPose:
+    """One arm's commanded TCP: position in metres, orientation as a (w, x, y, z) quaternion if known."""
+
+    position: np.ndarray
+    quat: np.ndarray | None = None
+
+
+@dataclass(frozen=True)
+class _ArmLayout:
+    scaling: ArmScaling
+    translation: list[int]  # action dims
+    rotation: list[int]
+    gripper: int
+    tcp_pos: slice  # state fields
+    tcp_quat: slice | None
 
 
 class SafetyFilter:
@@ -76,9 +110,18 @@ class SafetyFilter:
                     f"spec {spec.name!r} lacks arm dims/fields for prefix {p!r}: {exc}"
                 ) from None
             rotation = [names.index(p + n) for n in ("droll", "dpitch", "dyaw") if p + n in names]
-            self._arms.append((arm, translation, rotation, gripper, tcp))
+            self._arms.append(
+                _ArmLayout(arm, translation, rotation, gripper, tcp, slices.get(p + "tcp_quat"))
+            )
         self._low = np.asarray(config.workspace_low)
         self._high = np.asarray(config.workspace_high)
+        self._start_rotations: list[np.ndarray | None] = [None] * len(self._arms)
+        self._last_measured: list[np.ndarray | None] = [None] * len(self._arms)
+
+    def begin_episode(self) -> None:
+        """Forget the references: the next measured pose is the episode's start (orientation, speed)."""
+        self._start_rotations = [None] * len(self._arms)
+        self._last_measured = [None] * len(self._arms)
 
     def check_chunk(self, chunk: np.ndarray) -> np.ndarray:
         """Return ``float32[n, dim]`` or raise :class:`ContractError` (shape, NaN/inf, range)."""
@@ -90,47 +133,101 @@ class SafetyFilter:
         action: np.ndarray,
         state: np.ndarray,
         last_action: np.ndarray | None,
-        targets: tuple[np.ndarray, ...] | None = None,
+        targets: tuple[TcpPose, ...] | None = None,
     ) -> tuple[np.ndarray, list[str]]:
         """Limit one valid action; returns the safe action and what was clipped.
 
-        Deltas move each arm's commanded TCP target (``targets``, one per arm, from the driver) when
-        known, else the measured TCP from ``state``. The box bounds the resulting target.
+        Deltas move each arm's commanded TCP (``targets``, one per arm, from the driver) when known,
+        else the measured TCP in ``state``. The new target must lie in the box and within the lead
+        of the measured TCP, and may move at most one step from the old one.
         """
         safe = np.array(action, dtype=np.float64)
         events: list[str] = []
-        for i, (arm, translation, rotation, gripper, tcp_slice) in enumerate(self._arms):
-            reference = targets[i] if targets is not None else state[tcp_slice]
-            tcp = np.asarray(reference, dtype=np.float64)
-            delta = safe[translation] * arm.max_translation_m
-            norm = float(np.linalg.norm(delta))
-            if norm > self.config.max_translation_m:
-                delta *= self.config.max_translation_m / norm
-                events.append(f"clipped:{arm.prefix}translation")
-            target = np.clip(tcp + delta, self._low, self._high)
-            if not np.allclose(target, tcp + delta):
-                events.append(f"clipped:{arm.prefix}workspace")
-                delta = target - tcp
-                # A TCP already outside the box is brought back at most one step's length at a time.
-                norm = float(np.linalg.norm(delta))
-                if norm > self.config.max_translation_m:
-                    delta *= self.config.max_translation_m / norm
-            safe[translation] = delta / arm.max_translation_m
-            if rotation:
-                rotvec = safe[rotation] * arm.max_rotation_rad
-                angle = float(np.linalg.norm(rotvec))
-                if angle > self.config.max_rotation_rad:
-                    safe[rotation] *= self.config.max_rotation_rad / angle
-                    events.append(f"clipped:{arm.prefix}rotation")
+        for i, arm in enumerate(self._arms):
+            commanded = targets[i] if targets is not None else None
+            measured = np.asarray(state[arm.tcp_pos], np.float64)
+            last, self._last_measured[i] = self._last_measured[i], measured
+            coming = measured if last is None else 2 * measured - last  # where it is heading, a step on
+            self._limit_translation(arm, safe, measured, coming, commanded, events)
+            if arm.rotation:
+                self._limit_rotation(i, arm, safe, state, commanded, events)
             if last_action is not None:
-                previous = float(last_action[gripper])
+                previous = float(last_action[arm.gripper])
                 step = self.config.max_gripper_change
-                clipped = float(np.clip(safe[gripper], previous - step, previous + step))
-                if clipped != safe[gripper]:
-                    safe[gripper] = clipped
-                    events.append(f"clipped:{arm.prefix}gripper_rate")
+                clipped = float(np.clip(safe[arm.gripper], previous - step, previous + step))
+                if clipped != safe[arm.gripper]:
+                    safe[arm.gripper] = clipped
+                    events.append(f"clipped:{arm.scaling.prefix}gripper_rate")
         low, high = self.spec.action.low_array(), self.spec.action.high_array()
         return np.clip(safe, low, high).astype(np.float32), events
 
+    def _limit_translation(
+        self, arm: _ArmLayout, safe: np.ndarray, measured: np.ndarray, coming: np.ndarray,
+        commanded: TcpPose | None, events: list[str],
+    ) -> None:  # fmt: skip
+        cfg, prefix = self.config, arm.scaling.prefix
+        base = measured if commanded is None else np.asarray(commanded.position, np.float64)
+        delta = _cap_norm(safe[arm.translation] * arm.scaling.max_translation_m, cfg.max_translation_m)
+        if not np.allclose(delta, safe[arm.translation] * arm.scaling.max_translation_m):
+            events.append(f"clipped:{prefix}translation")
+        # Within the lead of the measured TCP: a stalled or lagging arm cannot store up a jump. The
+        # step is shortened along its own direction; only a target already too far ahead is pulled back.
+        target = base + _shorten_into_ball(base - measured, delta, cfg.max_target_lead_m)
+        if not np.allclose(target, base + delta):
+            events.append(f"clipped:{prefix}lead")
+        # Inside the box. Brake: where the TCP is (or is heading) past a wall, that wall moves in by as
+        # much, so a lagging or coasting arm is pulled back rather than held at a wall it crossed.
+        past, before = np.maximum(measured, coming), np.minimum(measured, coming)
+        high = self._high - np.maximum(past - self._high, 0.0)
+        low = self._low + np.maximum(self._low - before, 0.0)
+        boxed = np.clip(target, low, np.maximum(high, low))
+        if not np.allclose(boxed, target):
+            events.append(f"clipped:{prefix}workspace")
+        # The target itself moves at most one step, so the controller never sees a jump.
+        safe[arm.translation] = _cap_norm(boxed - base, cfg.max_translation_m) / arm.scaling.max_translation_m
 
-__all__ = ["ArmScaling", "ContractError", "SafetyConfig", "SafetyFilter"]
+    def _limit_rotation(
+        self, index: int, arm: _ArmLayout, safe: np.ndarray, state: np.ndarray,
+        commanded: TcpPose | None, events: list[str],
+    ) -> None:  # fmt: skip
+        cfg, prefix = self.config, arm.scaling.prefix
+        rotvec = safe[arm.rotation] * arm.scaling.max_rotation_rad
+        if float(np.linalg.norm(rotvec)) > cfg.max_rotation_rad:
+            rotvec = _cap_norm(rotvec, cfg.max_rotation_rad)
+            events.append(f"clipped:{prefix}rotation")
+        if arm.tcp_quat is None:  # no measured orientation: the per-step limit is all we can do
+            safe[arm.rotation] = rotvec / arm.scaling.max_rotation_rad
+            return
+        measured = quat_to_matrix(state[arm.tcp_quat])
+        if self._start_rotations[index] is None:
+            self._start_rotations[index] = measured
+        base = measured if commanded is None or commanded.quat is None else quat_to_matrix(commanded.quat)
+        wanted = rotvec_to_matrix(rotvec) @ base
+        target = limit_rotation(wanted, self._start_rotations[index], cfg.max_orientation_change_rad)
+        if target is not wanted:
+            events.append(f"clipped:{prefix}orientation")
+        led = limit_rotation(target, measured, cfg.max_rotation_lead_rad)
+        if led is not target:
+            events.append(f"clipped:{prefix}rotation_lead")
+        step = _cap_norm(matrix_to_rotvec(led @ base.T), cfg.max_rotation_rad)
+        safe[arm.rotation] = step / arm.scaling.max_rotation_rad
+
+
+def _shorten_into_ball(offset: np.ndarray, step: np.ndarray, radius: float) -> np.ndarray:
+    """The longest part ``t * step`` (0 <= t <= 1) that keeps ``offset + t * step`` within ``radius``
+    of the origin; if ``offset`` is already outside, the step that brings it back onto the sphere."""
+    if float(np.linalg.norm(offset)) > radius:
+        return _cap_norm(offset, radius) - offset
+    a, b, c = float(step @ step), 2.0 * float(offset @ step), float(offset @ offset) - radius**2
+    if a == 0.0 or a + b + c <= 0.0:  # no step, or its end is inside
+        return step
+    t = (-b + np.sqrt(max(b * b - 4 * a * c, 0.0))) / (2 * a)
+    return step * min(1.0, max(0.0, t))
+
+
+def _cap_norm(vector: np.ndarray, max_norm: float) -> np.ndarray:
+    norm = float(np.linalg.norm(vector))
+    return vector * (max_norm / norm) if norm > max_norm else vector
+
+
+__all__ = ["ArmScaling", "ContractError", "SafetyConfig", "SafetyFilter", "TcpPose"]

@@ -279,11 +279,13 @@ class FrankaEnv(gym.Env):
         self._renderer = self._display_renderer = None
 
     # -- control -------------------------------------------------------------------------------
-    def commanded_tcp_position(self) -> np.ndarray:
-        """Where the Cartesian controller is pulling the TCP (the base that action deltas move)."""
+    def commanded_tcp_pose(self) -> tuple[np.ndarray, np.ndarray]:
+        """Where the Cartesian controller is pulling the TCP (the base that action deltas move):
+        position and (w, x, y, z) orientation."""
         if self.cfg.action_mode != EE_DELTA_POSE_GRIPPER:
-            raise ValueError("commanded_tcp_position needs the end-effector action mode")
-        return np.array(self._command.arm_target)
+            raise ValueError("commanded_tcp_pose needs the end-effector action mode")
+        assert self._command.tcp_quat is not None
+        return np.array(self._command.arm_target), np.array(self._command.tcp_quat)
 
     def hold_current_pose(self) -> None:
         """Retarget the arm to where it is now (keeping the gripper command): a stop, as on a real arm."""

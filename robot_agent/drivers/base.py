@@ -8,7 +8,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from protos.env_spec import EnvSpec
-from robot_agent.safety import ArmScaling
+from robot_agent.safety import ArmScaling, SafetyConfig, TcpPose
 
 
 class DriverError(RuntimeError):
@@ -50,6 +50,7 @@ class RobotDriver(ABC):
     spec: EnvSpec
     capabilities: DriverCapabilities
     arms: tuple[ArmScaling, ...]
+    safety_limits: SafetyConfig = SafetyConfig()
 
     @abstractmethod
     def reset(self, seed: int | None = None) -> None:
@@ -67,8 +68,12 @@ class RobotDriver(ABC):
     def hold(self) -> None:
         """Keep the current pose (and gripper) for one control period."""
 
-    def tcp_targets(self) -> tuple[np.ndarray, ...] | None:
-        """Each arm's commanded TCP position (what the next delta moves), or None to use the measured TCP."""
+    def set_safety_limits(self, config: SafetyConfig) -> None:
+        """The agent's limits, for motions a driver makes on its own (a real arm's homing)."""
+        self.safety_limits = config
+
+    def tcp_targets(self) -> tuple[TcpPose, ...] | None:
+        """Each arm's commanded TCP pose (what the next delta moves), or None to use the measured TCP."""
         return None
 
     def estop(self) -> None:

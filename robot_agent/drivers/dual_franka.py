@@ -17,7 +17,7 @@ from robot_agent.drivers.base import (
     StepOutcome,
 )
 from robot_agent.drivers.franka import FrankaConfig, FrankaDriver
-from robot_agent.safety import ArmScaling
+from robot_agent.safety import ArmScaling, SafetyConfig, TcpPose
 
 ARMS = ("left", "right")
 
@@ -123,7 +123,11 @@ class DualFrankaDriver(RobotDriver):
         for driver in self.arm_drivers:
             driver.hold()
 
-    def tcp_targets(self) -> tuple[np.ndarray, ...] | None:
+    def set_safety_limits(self, config: SafetyConfig) -> None:
+        for driver in self.arm_drivers:
+            driver.set_safety_limits(config)
+
+    def tcp_targets(self) -> tuple[TcpPose, ...] | None:
         targets = [driver.tcp_targets() for driver in self.arm_drivers]
         return None if any(t is None for t in targets) else tuple(t[0] for t in targets)
 

@@ -34,15 +34,16 @@ from robot_agent.drivers.base import (
     RobotDriver,
     StepOutcome,
 )
+from robot_agent.drivers.franka_homing import HomingLimits, HomingPlan, HomingRefused, plan_homing
 from robot_agent.drivers.franka_process import STATE_SIZE, TARGET_SIZE, SharedBlock, arm_main, gripper_main
-from robot_agent.drivers.pose_math import (
+from robot_agent.pose_math import (
     matrix_to_quat,
     matrix_to_rotvec,
     pose_from_column_major,
     pose_to_column_major,
     rotvec_to_matrix,
 )
-from robot_agent.safety import ArmScaling
+from robot_agent.safety import ArmScaling, TcpPose
 
 log = logging.getLogger(__name__)
 
@@ -67,7 +68,8 @@ class FrankaConfig:
     max_episode_steps: int = 200
     cameras: tuple[CameraConfig, ...] = ()
     home_joints: tuple[float, ...] = HOME_JOINTS
-    home_duration_s: float = 4.0
+    home_duration_s: float = 4.0  # at least; longer when the limits below need it
+    home_max_joint_speed_rads: float = 0.5
     max_translation_m: float = 0.05
     max_rotation_rad: float = 0.3
     max_target_lead_m: float = 0.1  # the target never runs further ahead of the TCP than this
@@ -93,6 +95,8 @@ class FrankaConfig:
         object.__setattr__(self, "cameras", cameras)
         if len(self.home_joints) != 7:
             raise ValueError(f"home_joints needs 7 values, got {len(self.home_joints)}")
+        if self.home_duration_s <= 0 or self.home_max_joint_speed_rads <= 0:
+            raise ValueError("home_duration_s and home_max_joint_speed_rads must be > 0")
         if len(self.cartesian_stiffness) != 6:
             raise ValueError(f"cartesian_stiffness needs 6 values, got {len(self.cartesian_stiffness)}")
 
@@ -279,15 +283,33 @@ class FrankaDriver(RobotDriver):
         if self._fault is not None:
             self._call("recover")
             self._fault = None
-        self._call(
-            "home",
-            list(self.config.home_joints),
-            self.config.home_duration_s,
-            timeout=self.config.home_duration_s + 10,
-        )
+        plan = self._plan_homing()
+        self._call("home", list(self.config.home_joints), plan.duration_s, timeout=plan.duration_s + 10)
         self._gripper_conn.send(self.config.gripper_max_width_m)
         self._target_position = None
         self._holding = False
+
+    def _plan_homing(self) -> HomingPlan:
+        """The homing motion, checked against the agent's box and timed to its speed limits."""
+        cfg, safety = self.config, self.safety_limits
+        joints, _, position, rotation, _, _ = self._read()
+        start_tcp = np.eye(4)
+        start_tcp[:3, :3], start_tcp[:3, 3] = rotation, position
+        limits = HomingLimits(
+            workspace_low=safety.workspace_low,
+            workspace_high=safety.workspace_high,
+            max_tcp_speed_mps=min(cfg.max_speed_mps, safety.max_translation_m * cfg.control_hz),
+            max_joint_speed_rads=cfg.home_max_joint_speed_rads,
+        )
+        try:
+            plan = plan_homing(joints, start_tcp, cfg.home_joints, cfg.home_duration_s, limits)
+        except HomingRefused as exc:
+            raise DriverError(f"franka: {exc}") from None
+        log.info(
+            "homing over %.1f s (TCP at most %.2f m/s, joints %.2f rad/s)",
+            plan.duration_s, plan.peak_tcp_speed_mps, plan.peak_joint_speed_rads,
+        )  # fmt: skip
+        return plan
 
     def observe(self) -> DriverObservation:
         self._ensure_connected()
@@ -338,8 +360,10 @@ class FrankaDriver(RobotDriver):
             self._target_position, self._target_rotation = pose_from_column_major(self._target.read())
         self._holding = True
 
-    def tcp_targets(self) -> tuple[np.ndarray, ...] | None:
-        return None if self._target_position is None else (self._target_position.copy(),)
+    def tcp_targets(self) -> tuple[TcpPose, ...] | None:
+        if self._target_position is None:
+            return None
+        return (TcpPose(self._target_position.copy(), matrix_to_quat(self._target_rotation)),)
 
     def estop(self) -> None:
         """Stop the motion now; the arm stays stopped until the agent is restarted."""

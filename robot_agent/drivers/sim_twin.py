@@ -14,7 +14,7 @@ from typing import Any
 import numpy as np
 
 from robot_agent.drivers.base import DriverCapabilities, DriverObservation, RobotDriver, StepOutcome
-from robot_agent.safety import ArmScaling
+from robot_agent.safety import ArmScaling, TcpPose
 
 RANDOMIZATION_PRESETS = ("reality_gap", "none")
 
@@ -105,8 +105,8 @@ class SimTwinDriver(RobotDriver):
         self._obs, *_ = self.env.step(self._hold_action)  # zero deltas: the target stays put
         self._stamp = time.monotonic_ns()
 
-    def tcp_targets(self) -> tuple[np.ndarray, ...]:
-        return (self.env.commanded_tcp_position(),)
+    def tcp_targets(self) -> tuple[TcpPose, ...]:
+        return (TcpPose(*self.env.commanded_tcp_pose()),)
 
     def close(self) -> None:
         self.env.close()

@@ -2,13 +2,19 @@
 
 from __future__ import annotations
 
+import queue
+import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+import grpc
 import numpy as np
 
+from protos import link_codec
+from protos import robot_link_pb2 as pb
+from protos import robot_link_pb2_grpc as pb_grpc
 from robot_agent.agent import Agent, AgentThread
 from robot_agent.config import AgentConfig, LinkConfig
 from robot_agent.drivers import make_driver
@@ -63,3 +69,56 @@ def constant_policy(action: list[float]) -> Callable:
 def tcp_of(agent: AgentThread) -> np.ndarray:
     """The sim twin's true TCP position (read-only peek at the physics)."""
     return agent.agent.driver.env.scene.tcp_pos.copy()
+
+
+async def answer_episode(session, steps: int, chunk_for: Callable) -> list:
+    """Start an episode on ``session`` and answer its first ``steps`` observations with
+    ``chunk_for(step, observation)``; returns those observations."""
+    session.send_command(pb.Command.START_EPISODE, seed=0)
+    answered, last = [], -1
+    while len(answered) < steps:
+        obs = await session.next_observation(last, timeout=5)
+        last = obs.seq
+        if obs.episode_id:
+            session.send_actions(np.asarray(chunk_for(len(answered), obs), np.float32), obs.seq)
+            answered.append(obs)
+    return answered
+
+
+class RawClient:
+    """A client that sends whatever it is given, and collects what comes back and how the call ended."""
+
+    def __init__(self, port: int, token: str | None = None) -> None:
+        self.channel = grpc.insecure_channel(
+            f"127.0.0.1:{port}", options=[("grpc.max_send_message_length", 64 << 20)]
+        )
+        self.outbox: queue.Queue = queue.Queue()
+        self.replies: list[pb.TrainerMessage] = []
+        self.status: grpc.StatusCode | None = None
+        self.details = ""
+        metadata = link_codec.metadata_token(token) if token else None
+        call = pb_grpc.RobotLinkStub(self.channel).Session(iter(self.outbox.get, None), metadata=metadata)
+        self._thread = threading.Thread(target=self._read, args=(call,), daemon=True)
+        self._thread.start()
+
+    def _read(self, call) -> None:
+        try:
+            for reply in call:
+                self.replies.append(reply)
+            self.status = grpc.StatusCode.OK
+        except grpc.RpcError as exc:
+            self.status, self.details = exc.code(), exc.details() or ""
+
+    def send(self, *messages: pb.AgentMessage) -> RawClient:
+        for message in messages:
+            self.outbox.put(message)
+        return self
+
+    def ended(self, timeout: float = 20.0) -> grpc.StatusCode:
+        self._thread.join(timeout)
+        assert self.status is not None, "the call did not end"
+        return self.status
+
+    def close(self) -> None:
+        self.outbox.put(None)
+        self.channel.close()

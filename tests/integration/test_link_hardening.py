@@ -4,7 +4,6 @@ robot, or its own session's neighbours. The hostile client is written from ``rob
 from __future__ import annotations
 
 import math
-import queue
 import threading
 import time
 
@@ -14,9 +13,10 @@ import pytest
 
 from protos import link_codec
 from protos import robot_link_pb2 as pb
-from protos import robot_link_pb2_grpc as pb_grpc
 from protos.env_spec import CameraSpec, EnvSpec, StateField, ee_delta_action_space
-from tests.integration.link_harness import start_agent, start_server, wait_until
+from robot_agent.pose_math import matrix_to_rotvec, quat_to_matrix
+from robot_agent.safety import SafetyConfig
+from tests.integration.link_harness import RawClient, answer_episode, start_agent, start_server, wait_until
 from trainer.server.auth import ServerAuthConfig
 from trainer.server.episodes import MemoryEpisodeSink
 from trainer.server.link_server import LinkServer, LinkServerConfig, LinkServerThread
@@ -50,45 +50,6 @@ def register(robot_id: str = "hostile", spec: pb.EnvSpec | None = None, **fields
             **fields,
         )
     )
-
-
-class RawClient:
-    """A client that sends whatever it is given, and collects what comes back and how the call ended."""
-
-    def __init__(self, port: int, token: str | None = None) -> None:
-        self.channel = grpc.insecure_channel(
-            f"127.0.0.1:{port}", options=[("grpc.max_send_message_length", 64 << 20)]
-        )
-        self.outbox: queue.Queue = queue.Queue()
-        self.replies: list[pb.TrainerMessage] = []
-        self.status: grpc.StatusCode | None = None
-        self.details = ""
-        metadata = link_codec.metadata_token(token) if token else None
-        call = pb_grpc.RobotLinkStub(self.channel).Session(iter(self.outbox.get, None), metadata=metadata)
-        self._thread = threading.Thread(target=self._read, args=(call,), daemon=True)
-        self._thread.start()
-
-    def _read(self, call) -> None:
-        try:
-            for reply in call:
-                self.replies.append(reply)
-            self.status = grpc.StatusCode.OK
-        except grpc.RpcError as exc:
-            self.status, self.details = exc.code(), exc.details() or ""
-
-    def send(self, *messages: pb.AgentMessage) -> RawClient:
-        for message in messages:
-            self.outbox.put(message)
-        return self
-
-    def ended(self, timeout: float = 20.0) -> grpc.StatusCode:
-        self._thread.join(timeout)
-        assert self.status is not None, "the call did not end"
-        return self.status
-
-    def close(self) -> None:
-        self.outbox.put(None)
-        self.channel.close()
 
 
 def observation(
@@ -319,3 +280,82 @@ def test_the_agent_holds_at_once_when_the_link_drops(tmp_path):
         assert hold_at - control.link_lost_at <= 0.050, f"{1000 * (hold_at - control.link_lost_at):.0f} ms"
     finally:
         agent.stop()
+
+
+def test_the_measured_tcp_stays_in_the_box_and_the_orientation_in_its_bound_under_saturated_actions(tmp_path):
+    # A trainer sends valid but hostile chunks: full speed and full turn rate into one corner of a
+    # small box, then into the opposite one. The limits must hold on what the arm *measures*.
+    safety = SafetyConfig(workspace_low=(0.25, -0.12, 0.2), workspace_high=(0.45, 0.12, 0.55))
+    served = start_server()
+    agent = start_agent(
+        served.server.port, tmp_path / "spool", driver={"max_episode_steps": 400}, safety=safety
+    )
+    try:
+        wait_until(lambda: "twin-0" in served.server.sessions, what="the robot")
+        session = served.server.sessions["twin-0"]
+        push = [
+            np.array([[1, 1, 1, 1, 1, 1, -1]], np.float32),
+            np.array([[-1, -1, -1, -1, -1, -1, 1]], np.float32),
+        ]
+        answered = served.call(answer_episode(session, 120, lambda step, obs: push[step // 60]))
+    finally:
+        agent.stop()
+        served.stop()
+    states = np.asarray([obs.state for obs in answered], np.float64)
+    position, quat = states[:, 14:17], states[:, 17:21]
+    low, high = np.asarray(safety.workspace_low), np.asarray(safety.workspace_high)
+    beyond = np.linalg.norm(np.maximum(0.0, np.maximum(low - position, position - high)), axis=1)
+    moves = np.linalg.norm(np.diff(position, axis=0), axis=1)
+    start = quat_to_matrix(quat[0])
+    turns = [np.linalg.norm(matrix_to_rotvec(quat_to_matrix(q) @ start.T)) for q in quat]
+    brake_distance = safety.max_target_lead_m
+    assert beyond.max() <= brake_distance, f"{1000 * beyond.max():.1f} mm beyond the box"
+    assert moves.max() <= safety.max_translation_m, f"moved {1000 * moves.max():.1f} mm in one step"
+    assert max(turns) <= safety.max_orientation_change_rad + safety.max_rotation_lead_rad, (
+        f"{max(turns):.2f} rad"
+    )
+    # It did go to the walls (the test would pass on an arm that never moved otherwise).
+    first, then = position[:60], position[60:]
+    assert (first.max(axis=0) > high - 0.01).all(), "the first push did not reach its corner"
+    assert (then.min(axis=0) < first.max(axis=0) - 0.1).all(), "the second push did not turn back"
+
+
+@pytest.mark.parametrize("health_requires_token", [False, True])
+def test_health_asks_for_the_token_when_configured_and_reflection_always_does(health_requires_token):
+    from grpc_health.v1 import health_pb2, health_pb2_grpc
+    from grpc_reflection.v1alpha import reflection_pb2, reflection_pb2_grpc
+
+    config = LinkServerConfig(
+        host="127.0.0.1",
+        port=0,
+        auth=ServerAuthConfig(insecure=True, token="s3cret"),
+        reflection=True,
+        health_requires_token=health_requires_token,
+    )
+    served = LinkServerThread(LinkServer(config)).start()
+    channel = grpc.insecure_channel(f"127.0.0.1:{served.server.port}")
+    with_token = (("authorization", "Bearer s3cret"),)
+    check = health_pb2.HealthCheckRequest(service="rlinf.link.v1.RobotLink")
+    list_services = reflection_pb2.ServerReflectionRequest(list_services="")
+    try:
+        health = health_pb2_grpc.HealthStub(channel)
+        assert (
+            health.Check(check, timeout=5, metadata=with_token).status
+            == health_pb2.HealthCheckResponse.SERVING
+        )
+        if health_requires_token:
+            with pytest.raises(grpc.RpcError) as refused:
+                health.Check(check, timeout=5)
+            assert refused.value.code() == grpc.StatusCode.UNAUTHENTICATED
+        else:
+            assert health.Check(check, timeout=5).status == health_pb2.HealthCheckResponse.SERVING
+        reflect = reflection_pb2_grpc.ServerReflectionStub(channel)
+        with pytest.raises(grpc.RpcError) as refused:
+            list(reflect.ServerReflectionInfo(iter([list_services]), timeout=5))
+        assert refused.value.code() == grpc.StatusCode.UNAUTHENTICATED
+        answers = list(reflect.ServerReflectionInfo(iter([list_services]), timeout=5, metadata=with_token))
+        names = {s.name for s in answers[0].list_services_response.service}
+        assert "rlinf.link.v1.RobotLink" in names
+    finally:
+        channel.close()
+        served.stop()

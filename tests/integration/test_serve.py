@@ -80,11 +80,17 @@ def dataset(root: Path) -> tuple[dict, pd.DataFrame, pd.DataFrame]:
     return info, episodes, frames
 
 
-def collect_from_two_twins(tmp_path: Path, episodes_each: int, *overrides: str, teleop: str = ""):
+def collect_from_two_twins(
+    tmp_path: Path,
+    episodes_each: int,
+    *overrides: str,
+    teleop: str = "",
+    steps: int = SHORT["max_episode_steps"],
+):
     """Two twin agents (each with its own ``always`` expert device if ``teleop``) into one collect server."""
     served = ServeThread(tmp_path, f"collect.episodes_per_robot={episodes_each}", *overrides)
     agents = [
-        start_agent(served.server.port, tmp_path / f"spool{i}", robot_id=f"twin-{i}", driver=SHORT,
+        start_agent(served.server.port, tmp_path / f"spool{i}", robot_id=f"twin-{i}", driver={**SHORT, "max_episode_steps": steps},
                     teleop=make_teleop(teleop, {"mode": "always"}) if teleop else None)
         for i in range(2)
     ]  # fmt: skip
@@ -115,9 +121,12 @@ def test_two_agents_stream_and_record_five_episodes_each(tmp_path):
 def test_collect_centralises_teleoperated_demonstrations_from_two_robots(tmp_path):
     """Each robot's device drives every tick (the twin's expert stands in for a person); the trainer
     holds the arm still and records both robots' demonstrations, flagged as human, in one dataset."""
-    _, episodes, frames = collect_from_two_twins(tmp_path, 2, "collect.policy=hold", teleop="expert")
+    # 2 s episodes: the safety filter's lead keeps the twin's arm near 0.15 m/s.
+    _, episodes, frames = collect_from_two_twins(
+        tmp_path, 2, "collect.policy=hold", teleop="expert", steps=40
+    )
     assert sorted(episodes["source"]) == ["robot:twin-0"] * 2 + ["robot:twin-1"] * 2
-    assert frames["intervention"].all() and len(frames) == 4 * 20
+    assert frames["intervention"].all() and len(frames) == 4 * 40
     human, executed = np.stack(frames["action.human"].to_numpy()), np.stack(frames["action"].to_numpy())
     # What ran is the human's action through the agent's safety: the same direction, never longer.
     shortened = np.linalg.norm(executed[:, :3], axis=1) / np.maximum(

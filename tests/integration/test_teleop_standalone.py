@@ -73,11 +73,14 @@ def test_teleop_records_the_trace_as_driven_and_labelled(tmp_path):
     executed = np.stack(frames["action"].to_numpy())
     np.testing.assert_allclose(human, expected, atol=1e-6)
     assert frames["intervention"].all()
-    # Executed through the same safety as a policy: the translation is the human's, scaled down to the
-    # per-step limit (never turned), and the gripper moves at most max_gripper_change per step.
+    # Executed through the same safety as a policy: the translation is the human's, scaled down (never
+    # turned) to the per-step limit, or shorter while the arm lags its target by the lead; from a
+    # standing start the full step runs. The gripper moves at most max_gripper_change per step.
     limit = SafetyConfig().max_translation_m / driver.arms[0].max_translation_m
     norms, wanted = np.linalg.norm(executed[:, :3], axis=1), np.linalg.norm(expected[:, :3], axis=1)
-    np.testing.assert_allclose(norms, np.minimum(wanted, limit), atol=1e-5)
+    assert (norms <= np.minimum(wanted, limit) + 1e-5).all() and norms[0] == pytest.approx(
+        min(wanted[0], limit)
+    )
     np.testing.assert_allclose(executed[:, :3] / norms[:, None], expected[:, :3] / wanted[:, None], atol=1e-5)
     assert list(executed[:, -1]) == [1.0] * 5 + [0.0] + [-1.0] * 3 + [0.0] + [1.0] * 2
     assert (root / "videos/observation.images.front/chunk-000/file-000.mp4").stat().st_size > 0

@@ -2,21 +2,28 @@
 
 Imported by name in the driver's helper processes (``plf_module="tests.robot_agent.fake_pylibfranka"``),
 so it is module-level, one arm per process. The arm follows each Cartesian / joint command exactly.
+Joint motions move the TCP by the Panda's kinematics (Cartesian ones move the pose alone).
 Like a real arm it trips a reflex, here when the TCP is pushed on past ``REFLEX_X`` (a stand-in for
 a collision); it then refuses motion until ``automatic_error_recovery``.
 """
 
 from __future__ import annotations
 
+import os
 import time
 from types import SimpleNamespace
 
 import numpy as np
 
+from robot_agent.drivers.franka import HOME_JOINTS
+from robot_agent.drivers.franka_homing import flange_pose
+
 HOME_POSE = np.array(
     [[1, 0, 0, 0], [0, -1, 0, 0], [0, 0, -1, 0], [0.307, 0.0, 0.487, 1]], dtype=float
 ).reshape(-1)  # column-major O_T_EE: TCP pointing down at the sim twin's home
+FLANGE_TO_TCP = np.linalg.inv(flange_pose(HOME_JOINTS)) @ HOME_POSE.reshape(4, 4).T
 REFLEX_X = 0.45
+START_JOINTS_VARIABLE = "FAKE_FRANKA_START_JOINTS"
 RealtimeConfig = SimpleNamespace(kIgnore="kIgnore", kEnforce="kEnforce")
 ControllerMode = SimpleNamespace(CartesianImpedance="CartesianImpedance", JointImpedance="JointImpedance")
 
@@ -27,8 +34,10 @@ class ControlException(RuntimeError):
 
 class _Arm:
     def __init__(self) -> None:
-        self.pose = HOME_POSE.copy()
-        self.q = np.zeros(7)
+        # Where a person left the arm in guiding mode (the helper process inherits the variable).
+        start = os.environ.get(START_JOINTS_VARIABLE)
+        self.q = np.array([float(v) for v in start.split(",")] if start else HOME_JOINTS)
+        self.pose = (flange_pose(self.q) @ FLANGE_TO_TCP).T.reshape(-1)
         self.error: str | None = None
 
 
@@ -81,6 +90,7 @@ class _Control:
             ARM.pose = pose
         else:
             ARM.q = np.asarray(command.q, float)
+            ARM.pose = (flange_pose(ARM.q) @ FLANGE_TO_TCP).T.reshape(-1)
         self.finished = command.motion_finished
 
 

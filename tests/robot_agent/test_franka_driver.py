@@ -7,7 +7,7 @@ import pytest
 
 from robot_agent.drivers import DriverError
 from robot_agent.drivers.franka import FrankaConfig, FrankaDriver, SetpointFilter
-from robot_agent.drivers.pose_math import matrix_to_quat, matrix_to_rotvec, rotvec_to_matrix
+from robot_agent.pose_math import matrix_to_quat, matrix_to_rotvec, rotvec_to_matrix
 from tests.integration.link_harness import wait_until
 
 FAKE = "tests.robot_agent.fake_pylibfranka"
@@ -66,7 +66,7 @@ def test_observe_reports_the_sim_twin_state_layout(driver):
 def test_apply_moves_the_target_and_the_arm_follows(driver):
     driver.observe()
     driver.apply(STEP_X)
-    assert driver.tcp_targets()[0] == pytest.approx([0.357, 0.0, 0.487])
+    assert driver.tcp_targets()[0].position == pytest.approx([0.357, 0.0, 0.487])
     wait_until(lambda: abs(tcp(driver)[0] - 0.357) < 1e-3, timeout=10, what="the arm")
     assert driver.rt_overruns >= 0
 
@@ -76,7 +76,7 @@ def test_hold_stops_at_the_measured_pose(driver):
     driver.apply(STEP_X)
     wait_until(lambda: tcp(driver)[0] > 0.32, timeout=10, what="motion")
     driver.hold()
-    held = driver.tcp_targets()[0]
+    held = driver.tcp_targets()[0].position
     assert 0.32 < held[0] < 0.357  # it brakes part-way, short of the old target
     time.sleep(0.8)
     settled = tcp(driver)[0]
@@ -151,7 +151,9 @@ def test_dual_franka_splits_one_action_between_two_arms_and_safety_sees_both():
         assert {"clipped:left_translation", "clipped:right_translation"} <= set(events)
         driver.apply(safe)
         targets = driver.tcp_targets()
-        assert targets[0][0] == pytest.approx(0.317) and targets[1][2] == pytest.approx(0.497)
+        assert targets[0].position[0] == pytest.approx(0.317) and targets[1].position[2] == pytest.approx(
+            0.497
+        )
         wait_until(lambda: driver.observe().state[22 + 16] > 0.496, timeout=10, what="the right arm")
         assert driver.observe().state[16] == pytest.approx(0.487, abs=1e-6)  # the left arm did not rise
     finally:

@@ -5,7 +5,8 @@ import pytest
 
 from protos import ContractError
 from protos.env_spec import ActionSpace, CameraSpec, EnvSpec, StateField, ee_delta_action_space
-from robot_agent.safety import ArmScaling, SafetyConfig, SafetyFilter
+from robot_agent.pose_math import matrix_to_quat, matrix_to_rotvec, quat_to_matrix, rotvec_to_matrix
+from robot_agent.safety import ArmScaling, SafetyConfig, SafetyFilter, TcpPose
 from robot_agent.watchdog import Watchdog
 
 SCALE = ArmScaling(max_translation_m=0.05, max_rotation_rad=0.3)
@@ -121,6 +122,98 @@ def test_the_box_bounds_the_commanded_target_not_just_the_measured_tcp():
     # The controller's target already leads the (lagging) TCP by 4 cm: the box must bound the target.
     safety = make_filter(workspace_high=(0.85, 0.45, 0.30), max_translation_m=0.05)
     action = np.array([0, 0, 1.0, 0, 0, 0, 1], np.float32)
-    safe, events = safety.limit(action, state_at([0.5, 0, 0.24]), None, targets=(np.array([0.5, 0, 0.28]),))
+    safety = make_filter(workspace_high=(0.85, 0.45, 0.30), max_translation_m=0.05, max_target_lead_m=0.1)
+    safe, events = safety.limit(
+        action, state_at([0.5, 0, 0.24]), None, targets=(TcpPose(np.array([0.5, 0, 0.28])),)
+    )
     assert 0.28 + safe[2] * SCALE.max_translation_m == pytest.approx(0.30, abs=1e-6)
     assert "clipped:workspace" in events
+
+
+def test_the_target_never_leads_the_measured_tcp_by_more_than_the_lead():
+    # The arm is stuck 1 cm behind its target; pushing on would store up a jump for when it frees.
+    safety = make_filter(max_translation_m=0.05, max_target_lead_m=0.02)
+    targets = (TcpPose(np.array([0.51, 0.0, 0.3])),)
+    for _ in range(3):
+        safe, events = safety.limit(
+            np.array([1, 0, 0, 0, 0, 0, 1], np.float32), state_at([0.5, 0, 0.3]), None, targets
+        )
+        targets = (TcpPose(targets[0].position + safe[:3] * SCALE.max_translation_m),)
+        assert "clipped:lead" in events
+    assert targets[0].position[0] == pytest.approx(0.52, abs=1e-6)
+
+
+def test_a_tcp_that_crossed_a_wall_is_pulled_back_inside_by_as_much():
+    safety = make_filter(workspace_high=(0.85, 0.45, 0.30))
+    # The target sits on the wall, but the measured TCP coasted 1 cm past it: the target goes 1 cm inside.
+    safe, events = safety.limit(
+        np.zeros(7, np.float32), state_at([0.5, 0, 0.31]), None, (TcpPose(np.array([0.5, 0, 0.30])),)
+    )
+    assert 0.30 + safe[2] * SCALE.max_translation_m == pytest.approx(0.29, abs=1e-6)
+    assert "clipped:workspace" in events
+
+
+def test_a_tcp_heading_past_a_wall_is_braked_before_it_crosses():
+    safety = make_filter(workspace_high=(0.85, 0.45, 0.30))
+    up = np.array([0, 0, 0.2, 0, 0, 0, 1], np.float32)
+    safety.limit(up, state_at([0.5, 0, 0.26]), None)
+    # 3 cm a step and 1 cm from the wall: a step on it would be 2 cm past, so the wall moves in 2 cm.
+    safe, events = safety.limit(up, state_at([0.5, 0, 0.29]), None, (TcpPose(np.array([0.5, 0, 0.29])),))
+    assert 0.29 + safe[2] * SCALE.max_translation_m == pytest.approx(0.28, abs=1e-6)
+    assert "clipped:workspace" in events
+    # A new episode forgets the speed: nothing to brake from a standing start.
+    safety.begin_episode()
+    safe, events = safety.limit(up, state_at([0.5, 0, 0.285]), None, (TcpPose(np.array([0.5, 0, 0.285])),))
+    assert 0.285 + safe[2] * SCALE.max_translation_m == pytest.approx(0.295, abs=1e-6) and events == []
+
+
+def quat_spec() -> EnvSpec:
+    fields = (
+        StateField("joint_pos", 7),
+        StateField("tcp_pos", 3),
+        StateField("tcp_quat", 4),
+        StateField("gripper_width", 1),
+    )
+    return EnvSpec(
+        name="test/arm", cameras=(CameraSpec("front", 8, 8, 10.0),), state_fields=fields,
+        action=ee_delta_action_space(rotation=True), control_hz=10.0, instruction="test", max_episode_steps=10,
+    )  # fmt: skip
+
+
+def state_with(tcp, rotation: np.ndarray) -> np.ndarray:
+    return np.concatenate([np.zeros(7), tcp, matrix_to_quat(rotation), [0.04]]).astype(np.float32)
+
+
+def test_orientation_stays_within_its_bound_of_the_episode_start_however_long_it_is_pushed():
+    safety = SafetyFilter(
+        quat_spec(), (SCALE,), SafetyConfig(max_orientation_change_rad=0.5, max_rotation_lead_rad=0.2)
+    )
+    start = rotvec_to_matrix(np.array([np.pi, 0, 0]))  # gripper pointing down
+    commanded, measured = start, start
+    events = []
+    for _ in range(20):  # 20 full-rate turns about z: 0.2 rad each, 4 rad asked in all
+        state = state_with([0.5, 0, 0.3], measured)
+        pose = TcpPose(
+            np.array([0.5, 0, 0.3]), __import__("robot_agent.pose_math").pose_math.matrix_to_quat(commanded)
+        )
+        safe, events = safety.limit(np.array([0, 0, 0, 0, 0, 1, 1], np.float32), state, None, (pose,))
+        commanded = rotvec_to_matrix(safe[3:6] * SCALE.max_rotation_rad) @ commanded
+        measured = commanded  # a perfect arm
+    turned = np.linalg.norm(matrix_to_rotvec(commanded @ start.T))
+    assert turned == pytest.approx(0.5, abs=1e-4)
+    assert "clipped:orientation" in events
+
+
+def test_the_orientation_target_never_leads_the_measured_orientation_by_more_than_the_lead():
+    safety = SafetyFilter(quat_spec(), (SCALE,), SafetyConfig(max_rotation_lead_rad=0.1))
+    start = rotvec_to_matrix(np.array([np.pi, 0, 0]))
+    commanded = start
+    for _ in range(5):  # the wrist is blocked: the measured orientation stays at the start
+        pose = TcpPose(np.array([0.5, 0, 0.3]), matrix_to_quat(commanded))
+        safe, events = safety.limit(
+            np.array([0, 0, 0, 0, 0, 1, 1], np.float32), state_with([0.5, 0, 0.3], start), None, (pose,)
+        )
+        commanded = rotvec_to_matrix(safe[3:6] * SCALE.max_rotation_rad) @ commanded
+    assert np.linalg.norm(matrix_to_rotvec(commanded @ start.T)) == pytest.approx(0.1, abs=1e-4)
+    assert "clipped:rotation_lead" in events
+    assert quat_to_matrix(matrix_to_quat(commanded)) == pytest.approx(commanded, abs=1e-9)

@@ -11,6 +11,8 @@ from pathlib import Path
 
 import grpc
 
+from protos import link_codec
+
 log = logging.getLogger(__name__)
 
 
@@ -73,6 +75,35 @@ class ServerAuthConfig:
         known = [self.token] if self.token else []
         known += list(self.robot_tokens.values())
         return any(hmac.compare_digest(presented.encode(), k.encode()) for k in known)
+
+
+class TokenGate(grpc.aio.ServerInterceptor):
+    """Asks for the link's token on the side services too (health, reflection) when configured.
+
+    The robot link checks its own token per stream; this covers the methods under ``prefixes``.
+    """
+
+    def __init__(self, auth: ServerAuthConfig, prefixes: tuple[str, ...]) -> None:
+        self.auth, self.prefixes = auth, prefixes
+
+    async def intercept_service(self, continuation, handler_call_details):
+        handler = await continuation(handler_call_details)
+        if handler is None or not handler_call_details.method.startswith(self.prefixes):
+            return handler
+        metadata = dict(handler_call_details.invocation_metadata or ())
+        if self.auth.token_ok(link_codec.token_from_metadata(metadata)):
+            return handler
+
+        async def refuse(_request, context):
+            await context.abort(grpc.StatusCode.UNAUTHENTICATED, "this service needs the link's token")
+
+        kind = {
+            (False, False): grpc.unary_unary_rpc_method_handler,
+            (False, True): grpc.unary_stream_rpc_method_handler,
+            (True, False): grpc.stream_unary_rpc_method_handler,
+            (True, True): grpc.stream_stream_rpc_method_handler,
+        }[(handler.request_streaming, handler.response_streaming)]
+        return kind(refuse, handler.request_deserializer, handler.response_serializer)
 
 
 def load_robot_tokens(path: str) -> dict[str, str]:

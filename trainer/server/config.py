@@ -26,7 +26,8 @@ class ServerSection:
     robot_tokens_file: str = ""  # JSON {robot_id: token}: each robot id bound to a token of its own
     insecure: bool = False
     max_session_bytes: int = 4 << 30  # refuse a robot whose spec could make its session hold more
-    reflection: bool = False  # gRPC server reflection (lists the services to anyone who can connect)
+    reflection: bool = False  # gRPC server reflection (lists the services; asks for the token)
+    health_requires_token: bool = False  # False: load balancers and probes may check health without one
 
 
 @dataclass

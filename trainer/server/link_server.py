@@ -29,7 +29,7 @@ from protos import link_codec
 from protos import robot_link_pb2 as pb
 from protos import robot_link_pb2_grpc as pb_grpc
 from trainer.server import admission
-from trainer.server.auth import ServerAuthConfig
+from trainer.server.auth import ServerAuthConfig, TokenGate
 from trainer.server.episodes import EpisodeAssembler, EpisodeSink, MemoryEpisodeSink
 from trainer.server.session import RobotSession
 
@@ -38,6 +38,8 @@ log = logging.getLogger(__name__)
 SERVICE_NAME = pb.DESCRIPTOR.services_by_name["RobotLink"].full_name
 REGISTER_TIMEOUT_S = 10.0
 STORE_THREADS = 4
+HEALTH_PREFIX = "/grpc.health.v1.Health/"
+REFLECTION_PREFIX = "/grpc.reflection."
 
 
 @dataclass(frozen=True)
@@ -49,7 +51,8 @@ class LinkServerConfig:
     auth: ServerAuthConfig = field(default_factory=lambda: ServerAuthConfig(insecure=True))
     max_message_bytes: int = link_codec.MAX_MESSAGE_BYTES
     max_session_bytes: int = 4 << 30  # refuse robots whose spec could make their session hold more
-    reflection: bool = False  # gRPC server reflection (lists the services to anyone who can connect)
+    reflection: bool = False  # gRPC server reflection (lists the services; asks for the token)
+    health_requires_token: bool = False  # False: load balancers and probes may ask without one
 
 
 SessionHook = Callable[[RobotSession], Awaitable[None] | None]
@@ -81,7 +84,9 @@ class LinkServer:
     async def start(self) -> int:
         """Bind and start serving; returns the bound port (useful with ``port=0``)."""
         limit = self.config.max_message_bytes
+        gated = (HEALTH_PREFIX,) if self.config.health_requires_token else ()
         self._server = grpc.aio.server(
+            interceptors=[TokenGate(self.config.auth, (*gated, REFLECTION_PREFIX))],
             options=[
                 ("grpc.max_receive_message_length", limit),
                 ("grpc.max_send_message_length", limit),
@@ -90,7 +95,7 @@ class LinkServer:
                 ("grpc.http2.min_ping_interval_without_data_ms", 1000),
                 ("grpc.keepalive_permit_without_calls", 1),
                 ("grpc.so_reuseport", 0),
-            ]
+            ],
         )
         pb_grpc.add_RobotLinkServicer_to_server(_Servicer(self), self._server)
         health = health_aio.HealthServicer()

@@ -57,6 +57,7 @@ def link_config(config: ServeConfig) -> LinkServerConfig:
         auth=auth_from(config),
         max_session_bytes=server.max_session_bytes,
         reflection=server.reflection,
+        health_requires_token=server.health_requires_token,
     )
 
 

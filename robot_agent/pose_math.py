@@ -41,6 +41,27 @@ def matrix_to_quat(rotation: np.ndarray) -> np.ndarray:
     return quat if quat[0] >= 0 else -quat
 
 
+def quat_to_matrix(quat: np.ndarray) -> np.ndarray:
+    """Quaternion (w, x, y, z), normalised here -> 3x3 rotation matrix."""
+    w, x, y, z = np.asarray(quat, dtype=np.float64) / np.linalg.norm(quat)
+    return np.array(
+        [
+            [1 - 2 * (y * y + z * z), 2 * (x * y - w * z), 2 * (x * z + w * y)],
+            [2 * (x * y + w * z), 1 - 2 * (x * x + z * z), 2 * (y * z - w * x)],
+            [2 * (x * z - w * y), 2 * (y * z + w * x), 1 - 2 * (x * x + y * y)],
+        ]
+    )
+
+
+def limit_rotation(rotation: np.ndarray, reference: np.ndarray, max_angle: float) -> np.ndarray:
+    """``rotation`` turned back toward ``reference`` until they differ by at most ``max_angle``."""
+    error = matrix_to_rotvec(rotation @ reference.T)
+    angle = float(np.linalg.norm(error))
+    if angle <= max_angle:
+        return rotation
+    return rotvec_to_matrix(error * (max_angle / angle)) @ reference
+
+
 def pose_from_column_major(values) -> tuple[np.ndarray, np.ndarray]:
     """libfranka's ``O_T_EE`` (16 values, column-major 4x4) -> (position, rotation)."""
     matrix = np.asarray(values, dtype=np.float64).reshape(4, 4).T
