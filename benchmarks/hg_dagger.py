@@ -70,7 +70,7 @@ def fit_bc(spec, datasets: list[Path], updates: int, seed: int):
     torch.manual_seed(seed)
     policy = make_policy(spec, POLICY)
     demos = Demonstrations.concatenate(
-        [load_demonstrations(d, "action.human", "interventions") for d in datasets]
+        [load_demonstrations(d, "complementary_info.human_action", "interventions") for d in datasets]
     )
     regression = Regression(policy, learning_rate=1e-3, batch_size=256)
     regression.set_data(demos)
@@ -178,7 +178,9 @@ def main() -> None:
     extra = args.work / "more-demos"
     while True:
         have = demo_frames + (
-            len(load_demonstrations(extra, "action.human", "interventions")) if extra.exists() else 0
+            len(load_demonstrations(extra, "complementary_info.human_action", "interventions"))
+            if extra.exists()
+            else 0
         )
         if have >= expert_frames:
             break

@@ -2,14 +2,16 @@
 
 Frame ``t`` holds observation ``t`` and what was done from it: the executed action (after the
 agent's safety), the policy's action, the human's action, the intervention flag, and the reward /
-done / success that followed. The episode row carries its robot-side id, source and how it ended,
+done / success that followed. The policy's and the human's actions are ``complementary_info.*``
+columns, as in LeRobot's own intervention recordings: every key that starts with ``action`` is an
+output to LeRobot's policies, and a robot has one action. The episode row carries its robot-side id, source and how it ended,
 so a resent episode is recognised and stored once. Used by the trainer's recorder and by the
 agent's own recording in ``rlinf-robot teleop``.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import overload
 
 import numpy as np
@@ -18,6 +20,59 @@ from protos import link_codec
 from protos import robot_link_pb2 as pb
 from protos.env_spec import EnvSpec
 from protos.lerobot_dataset import EpisodeFrames
+
+POLICY_ACTION = "complementary_info.policy_action"
+HUMAN_ACTION = "complementary_info.human_action"
+
+
+def robot_type(spec: EnvSpec) -> str:
+    """The robot model for a dataset's ``robot_type`` (``franka``, ``dual-franka``), not a robot's id."""
+    return str(spec.metadata.get("robot") or spec.name)
+
+
+def vector_names(spec: EnvSpec) -> dict[str, list[str]]:
+    """A name per dimension of each vector feature: ``tcp_pos.0`` ... for the state, the action's names."""
+    state = [f.name if f.size == 1 else f"{f.name}.{i}" for f in spec.state_fields for i in range(f.size)]
+    action = list(spec.action.names)
+    return {"observation.state": state, "action": action, POLICY_ACTION: action, HUMAN_ACTION: action}
+
+
+SCALARS = ("next.reward", "next.done", "next.success", "intervention")
+INDEX_COLUMNS = ("timestamp", "frame_index", "episode_index", "index", "task_index")
+
+
+def features_of(spec: EnvSpec) -> dict[str, object]:
+    """What a robot's episodes look like in a dataset: rate, cameras, vector dims and columns."""
+    images = [f"observation.images.{c.name}" for c in spec.cameras]
+    return {
+        "fps": float(spec.control_hz),
+        "cameras": {c.name: [c.height, c.width, 3] for c in spec.cameras},
+        "observation.state": spec.state_dim,
+        "action": spec.action.dim,
+        "columns": sorted([*images, *vector_names(spec), *SCALARS]),
+    }
+
+
+def dataset_features(info: Mapping) -> dict[str, object]:
+    """A recorded dataset's features (its ``info.json``) in the form of :func:`features_of`."""
+    features = info["features"]
+    prefix = "observation.images."
+    return {
+        "fps": float(info["fps"]),
+        "cameras": {k[len(prefix) :]: list(f["shape"]) for k, f in features.items() if k.startswith(prefix)},
+        "observation.state": features.get("observation.state", {}).get("shape", [None])[0],
+        "action": features.get("action", {}).get("shape", [None])[0],
+        "columns": sorted(k for k in features if k not in INDEX_COLUMNS),
+    }
+
+
+def features_mismatch(expected: Mapping[str, object], spec: EnvSpec) -> str | None:
+    """One line naming each feature that differs, or None."""
+    given = features_of(spec)
+    problems = [
+        f"{key} {given[key]} (expected {expected[key]})" for key in expected if given[key] != expected[key]
+    ]
+    return "; ".join(problems) or None
 
 
 class CameraFrames(Sequence[np.ndarray]):
@@ -71,8 +126,8 @@ def robot_episode_frames(
             "action": np.asarray([t.executed_action for t in outcomes], np.float32).reshape(steps, dim),
             # Zeros where a step has none: no human action when no human drove or advised, no policy
             # action when the policy never answered a tick the human drove. ``intervention`` says who drove.
-            "action.policy": np.asarray([_vector(t.policy_action, dim) for t in outcomes], np.float32),
-            "action.human": np.asarray([_vector(t.human_action, dim) for t in outcomes], np.float32),
+            POLICY_ACTION: np.asarray([_vector(t.policy_action, dim) for t in outcomes], np.float32),
+            HUMAN_ACTION: np.asarray([_vector(t.human_action, dim) for t in outcomes], np.float32),
         },
         scalars={
             "next.reward": np.asarray([t.reward for t in outcomes], np.float32),
@@ -87,4 +142,5 @@ def robot_episode_frames(
             "success": bool(end.success),
             "end_reason": end.reason,
         },
+        names=vector_names(spec),
     )

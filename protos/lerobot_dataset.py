@@ -1,14 +1,15 @@
 """Episodes recorded in the LeRobot v3 dataset layout, crash-safe.
 
     root/meta/info.json                              features, fps, path templates, totals
-    root/meta/stats.json                             per-feature min / max / mean / std / count
+    root/meta/stats.json                             per-feature min / max / mean / std / count / q01..q99
     root/meta/tasks.parquet                          task text (index) -> task_index
     root/meta/episodes/chunk-000/file-000.parquet    one row per episode: length, data and video locations
     root/data/chunk-000/file-XXX.parquet             one row per frame
     root/videos/<camera key>/chunk-000/file-XXX.mp4  one stream per camera (PyAV)
 
-Each episode gets its own data and video files (``file_index`` = episode index within its chunk),
-so finishing an episode never rewrites another's frames. Files are written under ``.staging/`` and
+Each episode gets new data and video files of its own (the next free ``file_index`` of the chunk, so
+a dataset that LeRobot's tools edited, where file numbers no longer follow episode numbers, is
+appended to without touching another episode's files). Appending keeps the dataset's video codec. Files are written under ``.staging/`` and
 renamed into place, then the metadata is replaced atomically, ``info.json`` last: a killed process
 leaves every completed episode readable. Files that no episode row refers to (a crash between the
 rename and the metadata) are removed when the dataset is opened again.
@@ -32,6 +33,9 @@ CHUNKS_SIZE = 1000
 DATA_PATH = "data/chunk-{chunk_index:03d}/file-{file_index:03d}.parquet"
 VIDEO_PATH = "videos/{video_key}/chunk-{chunk_index:03d}/file-{file_index:03d}.mp4"
 EPISODES_PATH = "meta/episodes/chunk-000/file-000.parquet"
+QUANTILES = {"q01": 0.01, "q10": 0.10, "q50": 0.50, "q90": 0.90, "q99": 0.99}  # as LeRobot's stats
+# info.json's codec name -> the PyAV encoder that writes it
+ENCODERS = {"h264": "libx264", "av1": "libsvtav1", "hevc": "libx265"}
 
 
 class DatasetError(ValueError):
@@ -68,6 +72,7 @@ class EpisodeFrames:
     vectors: dict[str, np.ndarray]  # e.g. "observation.state" -> float32 [T, D], "action" -> [T, A]
     scalars: dict[str, np.ndarray] = field(default_factory=dict)  # e.g. "next.reward" -> [T]
     extra: dict[str, object] = field(default_factory=dict)  # extra columns of the episode's meta row
+    names: dict[str, list[str]] = field(default_factory=dict)  # vector feature -> a name per dimension
 
     @property
     def length(self) -> int:
@@ -126,9 +131,9 @@ class LeRobotWriter:
                 self.info = self._new_info(episode)
             self._check_features(episode)
             index = len(self.episodes)
-            chunk, file = divmod(index, CHUNKS_SIZE)
             task_index = self.tasks.setdefault(episode.task, len(self.tasks))
             first_frame = sum(e["length"] for e in self.episodes)
+            chunk, file = self._free_file("data", lambda c, f: DATA_PATH.format(chunk_index=c, file_index=f))
             data_path = DATA_PATH.format(chunk_index=chunk, file_index=file)
             self._write_frames(staged.folder / "data.parquet", episode, index, first_frame, task_index)
             moves = [(staged.folder / "data.parquet", self.root / data_path)]
@@ -146,7 +151,9 @@ class LeRobotWriter:
             }
             for camera, staged_video in staged.videos.items():
                 key = f"observation.images.{camera}"
-                target = self.root / VIDEO_PATH.format(video_key=key, chunk_index=chunk, file_index=file)
+                path_of = lambda c, f, k=key: VIDEO_PATH.format(video_key=k, chunk_index=c, file_index=f)  # noqa: E731
+                chunk, file = self._free_file(f"videos/{key}", path_of)
+                target = self.root / path_of(chunk, file)
                 moves.append((staged_video, target))
                 row.update({
                     f"videos/{key}/chunk_index": chunk,
@@ -164,6 +171,7 @@ class LeRobotWriter:
             for source, target in moves:
                 target.parent.mkdir(parents=True, exist_ok=True)
                 os.replace(source, target)
+                _fsync_dir(target.parent)
             shutil.rmtree(staged.folder, ignore_errors=True)
             self.episodes.append(row)
             self._merge_stats(episode_stats)
@@ -171,6 +179,16 @@ class LeRobotWriter:
             return index
 
     # -- files --------------------------------------------------------------------------------------
+    def _free_file(self, prefix: str, path_of) -> tuple[int, int]:
+        """The chunk and file index after the last one any episode uses for ``prefix`` (``"data"`` or
+        ``"videos/<key>"``), skipping any that exists on disk: a new file never replaces one."""
+        used = [(int(e[f"{prefix}/chunk_index"]), int(e[f"{prefix}/file_index"])) for e in self.episodes]
+        chunk, file = max(used, default=(0, -1))
+        while True:
+            chunk, file = (chunk + 1, 0) if file + 1 >= CHUNKS_SIZE else (chunk, file + 1)
+            if not (self.root / path_of(chunk, file)).exists():
+                return chunk, file
+
     def _write_frames(
         self, path: Path, episode: EpisodeFrames, index: int, first: int, task_index: int
     ) -> None:
@@ -260,13 +278,17 @@ class LeRobotWriter:
                     ),
                     "video.pix_fmt": self.video.pix_fmt,
                     "video.is_depth_map": False,
-                    "video.fps": self.fps,
+                    "video.fps": _fps_value(self.fps),
                     "video.channels": 3,
                     "has_audio": False,
                 },
             }
         for name, values in episode.vectors.items():
-            features[name] = {"dtype": "float32", "shape": [int(np.asarray(values).shape[1])], "names": None}
+            width = int(np.asarray(values).shape[1])
+            names = episode.names.get(name)
+            if names is not None and len(names) != width:
+                raise DatasetError(f"{name} has {width} dims but {len(names)} names")
+            features[name] = {"dtype": "float32", "shape": [width], "names": list(names) if names else None}
         for name, values in episode.scalars.items():
             dtype = "bool" if np.asarray(values).dtype == bool else "float32"
             features[name] = {"dtype": dtype, "shape": [1], "names": None}
@@ -287,7 +309,7 @@ class LeRobotWriter:
             "chunks_size": CHUNKS_SIZE,
             "data_files_size_in_mb": 100,
             "video_files_size_in_mb": 500,
-            "fps": self.fps,
+            "fps": _fps_value(self.fps),
             "splits": {},
             "data_path": DATA_PATH,
             "video_path": VIDEO_PATH,
@@ -351,13 +373,20 @@ class LeRobotWriter:
                 n1 * (old["std"] ** 2 + (m1 - mean) ** 2)
                 + n2 * (np.asarray(new["std"]) ** 2 + (m2 - mean) ** 2)
             ) / (n1 + n2)
-            self.stats[name] = {
+            merged = {
                 "min": np.minimum(old["min"], new["min"]),
                 "max": np.maximum(old["max"], new["max"]),
                 "mean": mean,
                 "std": np.sqrt(var),
                 "count": np.asarray([n1 + n2]),
             }
+            # Quantiles merge as LeRobot aggregates them: weighted by count (an approximation).
+            for key in QUANTILES:
+                if key in old and key in new:
+                    merged[key] = (n1 * np.asarray(old[key]) + n2 * np.asarray(new[key], np.float64)) / (
+                        n1 + n2
+                    )
+            self.stats[name] = merged
 
     def _stats_json(self) -> dict:
         return {
@@ -376,6 +405,7 @@ class LeRobotWriter:
             )
         if abs(float(self.info["fps"]) - self.fps) > 1e-6:
             raise DatasetError(f"{self.root} records at {self.info['fps']} fps, not {self.fps}")
+        self.video = self._dataset_video_format()
         total = int(self.info["total_episodes"])
         rows = pd.read_parquet(self.root / EPISODES_PATH).to_dict("records") if total else []
         self.episodes = [
@@ -390,6 +420,29 @@ class LeRobotWriter:
             name: {k: np.asarray(v, np.float64) for k, v in values.items()} for name, values in stats.items()
         }
         self._remove_orphans()
+
+    def _dataset_video_format(self) -> VideoFormat:
+        """Appended videos are encoded as the dataset's are (its info says one codec per camera)."""
+        assert self.info is not None
+        videos = [f["info"] for f in self.info["features"].values() if f["dtype"] == "video" and "info" in f]
+        if not videos:
+            return self.video
+        codec, pix_fmt = (
+            str(videos[0].get("video.codec", "h264")),
+            str(videos[0].get("video.pix_fmt", "yuv420p")),
+        )
+        encoder = ENCODERS.get(codec, codec)
+        if encoder == self.video.codec and pix_fmt == self.video.pix_fmt:
+            return self.video
+        import av
+
+        try:
+            av.codec.Codec(encoder, "w")
+        except Exception:
+            raise DatasetError(
+                f"{self.root} stores {codec} video; this PyAV has no {encoder} encoder to append with"
+            ) from None
+        return VideoFormat(codec=encoder, pix_fmt=pix_fmt, crf=None)
 
     def _remove_orphans(self) -> None:
         keep = {
@@ -424,39 +477,40 @@ class StagedEpisode:
 
 
 class PixelStats:
-    """Per-channel min / max / mean / std of uint8 frames in [0, 1], accumulated one frame at a time in
-    integer sums (a frame's pixels are summed in blocks, so no float copy of a whole frame is made)."""
+    """Per-channel min / max / mean / std / quantiles of uint8 frames in [0, 1], from exact per-channel
+    histograms accumulated one frame (and one block of pixels) at a time: no float copy of a frame."""
 
     BLOCK = 1 << 18  # pixels per block
 
     def __init__(self) -> None:
-        self.count = 0
-        self.total = np.zeros(3, np.uint64)
-        self.squares = np.zeros(3, np.uint64)
-        self.low = np.full(3, 255, np.uint8)
-        self.high = np.zeros(3, np.uint8)
+        self.histogram = np.zeros((3, 256), np.uint64)
 
     def add(self, image: np.ndarray) -> None:
         flat = np.asarray(image, np.uint8).reshape(-1, 3)
-        self.low = np.minimum(self.low, flat.min(axis=0))
-        self.high = np.maximum(self.high, flat.max(axis=0))
         for start in range(0, len(flat), self.BLOCK):
-            block = flat[start : start + self.BLOCK].astype(np.uint32)
-            self.total += block.sum(axis=0, dtype=np.uint64)
-            self.squares += (block * block).sum(axis=0, dtype=np.uint64)
-        self.count += len(flat)
+            block = flat[start : start + self.BLOCK]
+            for channel in range(3):
+                self.histogram[channel] += np.bincount(block[:, channel], minlength=256).astype(np.uint64)
 
     def stats(self) -> dict:
-        mean = self.total.astype(np.float64) / self.count
-        var = np.maximum(self.squares.astype(np.float64) / self.count - mean**2, 0.0)
-        as_image = lambda v: (np.asarray(v, np.float64) / 255.0).reshape(3, 1, 1).tolist()  # noqa: E731
-        return {
-            "min": as_image(self.low),
-            "max": as_image(self.high),
+        counts = self.histogram.astype(np.float64)
+        total = counts.sum(axis=1)
+        levels = np.arange(256) / 255.0
+        mean = counts @ levels / total
+        var = np.maximum(counts @ levels**2 / total - mean**2, 0.0)
+        present = self.histogram > 0
+        cumulative = np.cumsum(counts, axis=1) / total[:, None]
+        as_image = lambda v: np.asarray(v, np.float64).reshape(3, 1, 1).tolist()  # noqa: E731
+        stats = {
+            "min": as_image(levels[present.argmax(axis=1)]),
+            "max": as_image(levels[255 - present[:, ::-1].argmax(axis=1)]),
             "mean": as_image(mean),
             "std": as_image(np.sqrt(var)),
-            "count": [self.count],
+            "count": [int(total[0])],
         }
+        for key, q in QUANTILES.items():  # the lowest level at or above which a fraction q lies
+            stats[key] = as_image(levels[(cumulative >= q - 1e-12).argmax(axis=1)])
+        return stats
 
 
 def _stats(values: np.ndarray) -> dict:
@@ -466,7 +520,13 @@ def _stats(values: np.ndarray) -> dict:
         "mean": values.mean(axis=0).tolist(),
         "std": values.std(axis=0).tolist(),
         "count": [int(values.shape[0])],
+        **{key: np.quantile(values, q, axis=0).tolist() for key, q in QUANTILES.items()},
     }
+
+
+def _fps_value(fps: float) -> int | float:
+    """LeRobot writes ``fps`` as an integer."""
+    return int(fps) if float(fps).is_integer() else float(fps)
 
 
 def _plain(value):
@@ -474,10 +534,20 @@ def _plain(value):
 
 
 def _durable(write, path: Path) -> None:
-    """Write through ``write(tmp)``, fsync, then rename over ``path``."""
+    """Write through ``write(tmp)``, fsync, rename over ``path``, fsync the folder."""
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(f".{path.name}.tmp")
     write(tmp)
     with open(tmp, "rb+") as handle:
         os.fsync(handle.fileno())
     os.replace(tmp, path)
+    _fsync_dir(path.parent)
+
+
+def _fsync_dir(folder: Path) -> None:
+    """Make a rename in ``folder`` durable (the directory entry itself is on disk after this)."""
+    fd = os.open(folder, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)

@@ -67,6 +67,54 @@ class AgentConfig:
             raise AgentConfigError(f"action_wait_fraction must be in (0, 1), got {self.action_wait_fraction}")
 
 
+def _toml_module():
+    """The stdlib's ``tomllib`` (3.11+), else ``tomli`` (installed with the robot extra on 3.10)."""
+    try:
+        import tomllib
+    except ImportError:
+        try:
+            import tomli as tomllib
+        except ImportError:
+            raise AgentConfigError(
+                "TOML robot configs on Python 3.10 need tomli: pip install tomli"
+            ) from None
+    return tomllib
+
+
+def type_mismatch(value: Any, hint: Any) -> bool:
+    """Whether ``value`` (plain config data) cannot be the field type ``hint``. Unknown types pass."""
+    origin, args = typing.get_origin(hint), typing.get_args(hint)
+    if origin in (typing.Union, types.UnionType):
+        return all(type_mismatch(value, option) for option in args)
+    if hint is type(None):
+        return value is not None
+    if hint is bool:
+        return not isinstance(value, bool)
+    if hint is int:
+        return isinstance(value, bool) or not isinstance(value, int)
+    if hint is float:
+        return isinstance(value, bool) or not isinstance(value, (int, float))
+    if hint is str:
+        return not isinstance(value, str)
+    if origin is tuple:
+        if not isinstance(value, (tuple, list)):
+            return True
+        if len(args) == 2 and args[1] is Ellipsis:
+            return any(type_mismatch(item, args[0]) for item in value)
+        return len(args) != len(value) or any(type_mismatch(v, a) for v, a in zip(value, args))
+    if hint is dict or origin is dict:
+        return not isinstance(value, dict)
+    if dataclasses.is_dataclass(hint):
+        return not isinstance(value, (dict, hint))
+    return False
+
+
+def _type_name(hint: Any) -> str:
+    if typing.get_origin(hint) is None and hasattr(hint, "__name__"):
+        return hint.__name__
+    return str(hint).replace("typing.", "")
+
+
 def dataclass_from_dict(cls: type, data: dict[str, Any], where: str) -> Any:
     """Build the frozen dataclass ``cls`` from plain data; nested dataclasses and tuples are converted."""
     if not isinstance(data, dict):
@@ -79,6 +127,10 @@ def dataclass_from_dict(cls: type, data: dict[str, Any], where: str) -> Any:
     values = {}
     for key, value in data.items():
         hint = hints[key]
+        if type_mismatch(value, hint):
+            raise AgentConfigError(
+                f"{where}.{key} must be {_type_name(hint)}, got {value!r} ({type(value).__name__})"
+            )
         nested = _dataclass_in(hint)
         if nested is not None and isinstance(value, dict):
             value = dataclass_from_dict(nested, value, f"{where}.{key}")
@@ -106,9 +158,7 @@ def load_config_file(path: str | Path) -> dict[str, Any]:
     text = path.read_text()
     try:
         if path.suffix == ".toml":
-            import tomllib
-
-            return tomllib.loads(text)
+            return _toml_module().loads(text)
         return json.loads(text)
     except ValueError as exc:
         raise AgentConfigError(

@@ -12,8 +12,8 @@ from pathlib import Path
 
 from protos import robot_link_pb2 as pb
 from protos.env_spec import EnvSpec
-from protos.episode_frames import robot_episode_frames
-from protos.lerobot_dataset import DEFAULT_VIDEO, LeRobotWriter, VideoFormat
+from protos.episode_frames import dataset_features, features_mismatch, robot_episode_frames, robot_type
+from protos.lerobot_dataset import DEFAULT_VIDEO, DatasetError, LeRobotWriter, VideoFormat
 from robot_agent.spool import EpisodeSpool
 
 log = logging.getLogger(__name__)
@@ -39,8 +39,16 @@ class LocalDataset:
                 f"local recording needs pyarrow, pandas and av ({exc.name} is missing): pip install '.[robot,record]'"
             ) from None
         self.root, self.spool, self.spec, self.robot_id = Path(root), spool, spec, robot_id
-        # Reopening checks the dataset's fps against this robot's rate (a DatasetError, a ValueError).
-        self.writer = LeRobotWriter(self.root, fps=spec.control_hz, robot_type=robot_id, video=video)
+        # Reopening checks the dataset's fps against this robot's rate (a DatasetError, a ValueError);
+        # its cameras and dims are checked here too, before an episode is driven, not after.
+        self.writer = LeRobotWriter(self.root, fps=spec.control_hz, robot_type=robot_type(spec), video=video)
+        if self.writer.info is not None and self.writer.episodes:
+            mismatch = features_mismatch(dataset_features(self.writer.info), spec)
+            if mismatch:
+                raise DatasetError(
+                    f"{self.root} holds episodes of other features than this robot's: {mismatch}; "
+                    "record into a new folder (--record-dir)"
+                )
 
     def store(self, episode_id: str) -> pb.EpisodeEvent:
         """Record one finished spooled episode (if it has steps) and drop it from the spool."""

@@ -5,7 +5,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-EXTRAS="${RLINF_EXTRAS:-sim,train,robot,dev,bench,calibration}"
+EXTRAS="${RLINF_EXTRAS:-sim,train,robot,dev,bench,calibration,view}"
 PYTHON="${PYTHON:-python3}"
 VENV=.venv
 

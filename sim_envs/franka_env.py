@@ -200,7 +200,12 @@ class FrankaEnv(gym.Env):
             control_hz=cfg.control_hz,
             instruction=self.task.instruction,
             max_episode_steps=cfg.max_episode_steps or self.task.max_episode_steps,
-            metadata={"simulator": "mujoco", "task": cfg.task, "reward_type": cfg.reward_type},
+            metadata={
+                "robot": "franka",
+                "simulator": "mujoco",
+                "task": cfg.task,
+                "reward_type": cfg.reward_type,
+            },
         )
 
     def _build_observation_space(self) -> gym.spaces.Dict:

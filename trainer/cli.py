@@ -66,6 +66,15 @@ def _serve(args: argparse.Namespace) -> int:
         return 2
 
 
+def _view(args: argparse.Namespace) -> int:
+    from trainer.viewer import ViewConfig, view
+
+    frames = view(ViewConfig(args.dataset, args.episode, args.save or ""))
+    where = f"saved to {args.save}" if args.save else "sent to the rerun viewer"
+    print(f"episode {args.episode}: {frames} frames {where}")
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="rlinf-trainer", description=__doc__)
     sub = parser.add_subparsers(dest="command", required=True)
@@ -98,6 +107,14 @@ def build_parser() -> argparse.ArgumentParser:
         "overrides", nargs="*", help="key=value, e.g. server.port=50052 data.record_dir=runs/ds"
     )
     serve.set_defaults(func=_serve)
+
+    viewer = sub.add_parser(
+        "view", help="show a recorded episode (cameras, actions, rewards, interventions, labels) in rerun"
+    )
+    viewer.add_argument("dataset", help="a LeRobot v3 dataset folder (e.g. data.record_dir)")
+    viewer.add_argument("--episode", type=int, default=0, help="episode index (default 0)")
+    viewer.add_argument("--save", default=None, help="write an .rrd file instead of opening the viewer")
+    viewer.set_defaults(func=_view)
     return parser
 
 

@@ -83,8 +83,10 @@ def test_hg_dagger_rounds_learn_from_interventions_and_resume(tmp_path):
     assert rows[0]["intervened_steps"] > 0
     assert sum(r["intervened_steps"] for r in rows) == len(intervened)
     assert rows[1]["training_frames"] == len(intervened)  # aggregated over both rounds
-    assert np.abs(np.stack(intervened["action.human"].to_numpy())).sum() > 0
-    assert np.all(np.stack(frames[~frames["intervention"]]["action.human"].to_numpy()) == 0)
+    assert np.abs(np.stack(intervened["complementary_info.human_action"].to_numpy())).sum() > 0
+    assert np.all(
+        np.stack(frames[~frames["intervention"]]["complementary_info.human_action"].to_numpy()) == 0
+    )
     assert 0 < rows[0]["intervention_rate"] <= 1
     # Each round's fit changed the policy, and each round is saved.
     out = tmp_path / "serve" / "dagger"
@@ -111,7 +113,7 @@ def test_dagger_fits_the_experts_labels_on_every_visited_state(tmp_path):
     (row,) = run_with_agent(tmp_path, config, {"mode": "advise"})
     frames, _ = read(tmp_path)
     assert not frames["intervention"].any() and row["intervention_rate"] == 0.0
-    labels = np.stack(frames["action.human"].to_numpy())
+    labels = np.stack(frames["complementary_info.human_action"].to_numpy())
     assert np.all(np.abs(labels).sum(axis=1) > 0)  # the expert labelled every state the policy visited
     assert not np.allclose(labels, np.stack(frames["action"].to_numpy()))  # ...and its labels differ
     assert row["training_frames"] == len(frames)

@@ -112,7 +112,9 @@ def test_two_agents_stream_and_record_five_episodes_each(tmp_path):
     assert episodes["episode_id"].is_unique and not episodes["aborted"].any()
     assert episodes["length"].tolist() == [20] * 10 and len(frames) == 200
     assert frames["index"].tolist() == list(range(200))
-    assert {"action", "action.policy", "intervention", "next.reward"} <= set(frames.columns)
+    assert {"action", "complementary_info.policy_action", "intervention", "next.reward"} <= set(
+        frames.columns
+    )
     video = tmp_path / "ds" / "videos" / "observation.images.wrist" / "chunk-000" / "file-009.mp4"
     with av.open(str(video)) as container:
         assert sum(1 for _ in container.decode(video=0)) == 20
@@ -127,7 +129,10 @@ def test_collect_centralises_teleoperated_demonstrations_from_two_robots(tmp_pat
     )
     assert sorted(episodes["source"]) == ["robot:twin-0"] * 2 + ["robot:twin-1"] * 2
     assert frames["intervention"].all() and len(frames) == 4 * 40
-    human, executed = np.stack(frames["action.human"].to_numpy()), np.stack(frames["action"].to_numpy())
+    human, executed = (
+        np.stack(frames["complementary_info.human_action"].to_numpy()),
+        np.stack(frames["action"].to_numpy()),
+    )
     # What ran is the human's action through the agent's safety: the same direction, never longer.
     shortened = np.linalg.norm(executed[:, :3], axis=1) / np.maximum(
         np.linalg.norm(human[:, :3], axis=1), 1e-9
@@ -138,7 +143,7 @@ def test_collect_centralises_teleoperated_demonstrations_from_two_robots(tmp_pat
     hold = np.zeros(executed.shape[1], np.float32)
     hold[-1] = 1.0
     np.testing.assert_array_equal(
-        np.stack(frames["action.policy"].to_numpy()), np.tile(hold, (len(frames), 1))
+        np.stack(frames["complementary_info.policy_action"].to_numpy()), np.tile(hold, (len(frames), 1))
     )
     assert frames.groupby("episode_index")["next.success"].any().mean() >= 0.5  # the demos reach the goal
 
@@ -297,7 +302,7 @@ def test_eval_mode_runs_a_saved_policy_and_reports_success_statistics(tmp_path):
     _, episodes, frames = dataset(tmp_path / "ds")  # eval episodes are recorded too
     assert len(episodes) == 3 and len(frames) == 60
     # The recorded actions are the policy's (within its bounds), not the collect mode's random ones.
-    executed = np.stack(frames["action.policy"].to_numpy())
+    executed = np.stack(frames["complementary_info.policy_action"].to_numpy())
     assert np.abs(executed).max() <= 1.0 and executed.std() > 0
 
 
@@ -312,3 +317,20 @@ def test_bad_serve_configs_fail_at_start_with_the_key():
     ]:
         with pytest.raises(ConfigError, match=message):
             load_serve_config(None, overrides)
+
+
+def test_serve_shows_the_live_robots_in_rerun(tmp_path):
+    import rerun.chunk as rerun_chunk
+
+    rrd = tmp_path / "live.rrd"
+    collect_from_two_twins(tmp_path, 1, "server.view=rerun", f"server.view_save={rrd}")
+    entities: dict[str, int] = {}
+    for chunk in rerun_chunk.RrdReader(str(rrd)).stream().to_chunks():
+        entities[str(chunk.entity_path)] = entities.get(str(chunk.entity_path), 0) + chunk.num_rows
+    for robot in ("twin-0", "twin-1"):
+        # Every observation of the episode (20 steps + the last) was shown: cameras, state and actions.
+        assert (
+            entities[f"/robots/{robot}/cameras/front"] >= 21
+            and entities[f"/robots/{robot}/cameras/wrist"] >= 21
+        )
+        assert entities[f"/robots/{robot}/action"] >= 20 and f"/robots/{robot}/observation.state" in entities

@@ -75,8 +75,8 @@ def test_interventions_are_executed_flagged_at_the_boundaries_recorded_and_hande
     assert np.linalg.norm(steps, axis=1).max() <= SafetyConfig().max_translation_m + 0.005
     frames = to_frames(episode)
     assert frames.scalars["intervention"].tolist() == flags
-    np.testing.assert_allclose(frames.vectors["action.human"][first], human, atol=1e-6)
-    assert not frames.vectors["action.human"][0].any()
+    np.testing.assert_allclose(frames.vectors["complementary_info.human_action"][first], human, atol=1e-6)
+    assert not frames.vectors["complementary_info.human_action"][0].any()
 
 
 def test_a_device_that_disappears_while_driving_holds_the_robot(tmp_path):

@@ -69,7 +69,7 @@ def test_teleop_records_the_trace_as_driven_and_labelled(tmp_path):
     mapper = TeleopMapper(driver.spec)
     driver.close()
     expected = np.stack([mapper.to_action(r) for r in readings])
-    human = np.stack(frames["action.human"].to_numpy())
+    human = np.stack(frames["complementary_info.human_action"].to_numpy())
     executed = np.stack(frames["action"].to_numpy())
     np.testing.assert_allclose(human, expected, atol=1e-6)
     assert frames["intervention"].all()
@@ -107,7 +107,7 @@ def test_each_episode_starts_only_when_the_operator_asks(tmp_path, capsys):
     frames, episodes = frames_of(root)
     assert list(episodes["length"]) == [6, 6] and episodes["success"].all()  # the pushy lines never ran
     assert frames["intervention"].all() and len(frames) == 12
-    human = np.stack(frames["action.human"].to_numpy())
+    human = np.stack(frames["complementary_info.human_action"].to_numpy())
     assert not (human[:, :3] == 1.0).all(axis=1).any()  # no pushy line became a step
 
 
@@ -162,3 +162,20 @@ def test_teleop_cli_errors_are_one_line(tmp_path, capsys):
     assert "does not exist" in capsys.readouterr().err
     assert main(["teleop", "--robot", "sim-twin", "--teleop", "expert", "--episodes", "-1"]) == 2
     assert "--episodes must be >= 0" in capsys.readouterr().err
+
+
+def test_a_dataset_of_other_features_is_refused_at_start_up_not_after_an_episode(tmp_path, capsys):
+    path, _ = trace(tmp_path, steps=6, label="success")
+    config = robot_config(tmp_path, teleop={"kind": "replay", "path": path})
+    root = tmp_path / "dataset"
+    args = ["teleop", "--robot", "sim-twin", "--robot-config", config, "--episodes", "1",
+            "--record-dir", str(root), "--spool-dir", str(tmp_path / "spool")]  # fmt: skip
+    assert main(args) == 0
+    # The same folder, now for a twin with a bigger camera: refused before anything is driven.
+    bigger = robot_config(tmp_path, twin={**TWIN, "image_size": 64}, teleop={"kind": "replay", "path": path})
+    capsys.readouterr()
+    assert main([*args[:4], bigger, *args[5:]]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "holds episodes of other features" in err[0] and "[64, 64, 3]" in err[0], err
+    assert not any((tmp_path / "spool").rglob("steps.bin"))  # no episode was driven
+    assert len(frames_of(root)[1]) == 1

@@ -76,6 +76,19 @@ def test_bad_robot_config_names_the_key(tmp_path):
     config.write_text("[safety]\nmax_translation_m = -1\n")
     result = connect_with(config.rename(tmp_path / "robot.toml"))
     assert result.returncode == 2 and "max_translation_m must be > 0" in result.stderr
+    # A wrong type is named with its key, not a TypeError from deep inside.
+    wrong = tmp_path / "wrong.toml"
+    wrong.write_text('[safety]\nworkspace_low = [0.2, "left", 0.02]\n[driver]\nimage_size = "big"\n')
+    result = connect_with(wrong)
+    assert (
+        result.returncode == 2
+        and "workspace_low must be tuple[float, float, float], got [0.2, 'left'" in result.stderr
+    )
+    wrong.write_text('[driver]\nimage_size = "big"\n')
+    result = connect_with(wrong)
+    assert (
+        result.returncode == 2 and "sim-twin config.image_size must be int, got 'big' (str)" in result.stderr
+    )
     config = tmp_path / "teleop.json"
     config.write_text('{"teleop": {"kind": "replay", "path": "/nope.jsonl"}}')
     result = connect_with(config)
@@ -110,3 +123,12 @@ def test_connect_registers_runs_and_stops_on_sigterm(tmp_path):
     assert "WARNING: --insecure" in stderr
     assert "1 episode(s) wait in" in stderr
     assert len(list((tmp_path / "spool" / "cli-twin").glob("*/end.bin"))) == 1
+
+
+def test_toml_robot_configs_load_without_tomllib_as_on_python_3_10(tmp_path, monkeypatch):
+    from robot_agent.config import load_config_file
+
+    config = tmp_path / "robot.toml"
+    config.write_text("[safety]\nmax_translation_m = 0.02\n")
+    monkeypatch.setitem(sys.modules, "tomllib", None)  # import tomllib raises ImportError, as on 3.10
+    assert load_config_file(config) == {"safety": {"max_translation_m": 0.02}}

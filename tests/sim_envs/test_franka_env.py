@@ -230,3 +230,14 @@ def test_a_real_time_env_keeps_its_control_period_and_arms_side_by_side_share_it
     elapsed = time.monotonic() - start
     assert elapsed >= 0.6 - 0.01  # six control periods of 100 ms: paced like a real arm
     assert elapsed < 1.2  # not twelve: each env keeps its own deadline, as two arms would
+
+
+def test_gym_make_builds_a_state_only_env():
+    import gymnasium as gym
+
+    env = gym.make("rlinf/FrankaReach-v0", cameras=())
+    obs, _ = env.reset(seed=0)
+    assert obs["images"] == {} and obs["state"].shape == env.observation_space["state"].shape
+    obs, *_ = env.step(env.action_space.sample())
+    assert obs["images"] == {}
+    env.close()

@@ -27,7 +27,7 @@ from trainer.devices import module_device
 @dataclass
 class BCConfig:
     dataset: str = ""  # a LeRobot v3 dataset folder
-    action_key: str = "action"  # the executed action; "action.human" for the human's own
+    action_key: str = "action"  # the executed action; "complementary_info.human_action" for the human's own
     only_interventions: bool = False  # keep only the frames where a human drove
     learning_rate: float = 1e-3
     batch_size: int = 256

@@ -120,22 +120,3 @@ def check_takeover(live_resume_token: str | None, presented: str, robot_id: str,
         f"robot {robot_id!r} is already connected; a second session from {peer} was refused "
         "(the same agent reconnecting proves itself with its resume token)",
     )
-
-
-def features_of(spec: EnvSpec) -> dict[str, object]:
-    """What a robot's episodes look like in a dataset: rate, cameras and vector dims."""
-    return {
-        "fps": float(spec.control_hz),
-        "cameras": {c.name: [c.height, c.width, 3] for c in spec.cameras},
-        "observation.state": spec.state_dim,
-        "action": spec.action.dim,
-    }
-
-
-def features_mismatch(expected: Mapping[str, object], spec: EnvSpec) -> str | None:
-    """One line naming each feature that differs, or None."""
-    given = features_of(spec)
-    problems = [
-        f"{key} {given[key]} (expected {expected[key]})" for key in expected if given[key] != expected[key]
-    ]
-    return "; ".join(problems) or None

@@ -28,6 +28,8 @@ class ServerSection:
     max_session_bytes: int = 4 << 30  # refuse a robot whose spec could make its session hold more
     reflection: bool = False  # gRPC server reflection (lists the services; asks for the token)
     health_requires_token: bool = False  # False: load balancers and probes may check health without one
+    view: str = ""  # "rerun": show the live robots (cameras, state, actions) in rerun (the view extra)
+    view_save: str = ""  # with view=rerun: write an .rrd file here instead of spawning the viewer
 
 
 @dataclass
@@ -94,7 +96,7 @@ class DaggerSection:
     min_robots: int = 1
     wait_timeout_s: float = 600.0
     only_interventions: bool = True  # HG-DAgger; false: DAgger on every labelled frame
-    action_key: str = "action.human"  # the human's (or expert's) action is the label
+    action_key: str = "complementary_info.human_action"  # the human's (or expert's) action is the label
     datasets: list[str] = field(default_factory=list)  # more LeRobot v3 datasets to fit on (e.g. demos)
     updates_per_round: int = 500
     learning_rate: float = 1e-3

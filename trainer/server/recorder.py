@@ -9,9 +9,14 @@ from pathlib import Path
 
 from protos import robot_link_pb2 as pb
 from protos.env_spec import EnvSpec
-from protos.episode_frames import robot_episode_frames
+from protos.episode_frames import (
+    dataset_features,
+    features_mismatch,
+    features_of,
+    robot_episode_frames,
+    robot_type,
+)
 from protos.lerobot_dataset import DEFAULT_VIDEO, EpisodeFrames, LeRobotWriter, VideoFormat
-from trainer.server.admission import features_mismatch, features_of
 from trainer.server.episodes import RobotEpisode
 
 log = logging.getLogger(__name__)
@@ -55,7 +60,10 @@ class LeRobotEpisodeSink:
                 self._open_existing()
             if self.writer is None:
                 self.writer = LeRobotWriter(
-                    self.root, fps=episode.spec.control_hz, robot_type=episode.robot_id, video=self.video
+                    self.root,
+                    fps=episode.spec.control_hz,
+                    robot_type=robot_type(episode.spec),
+                    video=self.video,
                 )
             writer = self.writer
         staged = writer.stage(to_frames(episode))  # the slow part (video encoding), outside the lock
@@ -79,15 +87,3 @@ class LeRobotEpisodeSink:
             if info.exists():
                 fps = float(json.loads(info.read_text())["fps"])
                 self.writer = LeRobotWriter(self.root, fps=fps, video=self.video)
-
-
-def dataset_features(info: dict) -> dict[str, object]:
-    """A recorded dataset's features in the form of :func:`~trainer.server.admission.features_of`."""
-    features = info["features"]
-    prefix = "observation.images."
-    return {
-        "fps": float(info["fps"]),
-        "cameras": {k[len(prefix) :]: list(f["shape"]) for k, f in features.items() if k.startswith(prefix)},
-        "observation.state": features["observation.state"]["shape"][0],
-        "action": features["action"]["shape"][0],
-    }

@@ -193,6 +193,8 @@ class Console:
 
 async def serve(config: ServeConfig, stop: asyncio.Event, on_started=None) -> LinkServer:
     """Run until ``stop`` is set; returns the (stopped) server. ``on_started(server)`` once it listens."""
+    if config.server.view not in ("", "rerun"):
+        raise ValueError(f"server.view must be '' or 'rerun', got {config.server.view!r}")
     sink = LeRobotEpisodeSink(config.data.record_dir, config.data.video_format())
     if config.server.mode == "eval":
         evaluation = Evaluation(config)
@@ -205,10 +207,16 @@ async def serve(config: ServeConfig, stop: asyncio.Event, on_started=None) -> Li
              config.data.record_dir)  # fmt: skip
     if on_started is not None:
         on_started(server)
+    views = []
+    if config.server.view == "rerun":
+        from trainer.viewer import LiveView
+
+        views.append(asyncio.ensure_future(LiveView(server, config.server.view_save).run(stop)))
     console = Console(server, config.log_dir)
     try:
         await console.run(stop)
     finally:
+        await asyncio.gather(*views, return_exceptions=True)
         await server.stop(grace=2.0)
         server.store_executor.shutdown(wait=True)  # every acknowledged episode is on disk
     return server

@@ -16,6 +16,7 @@ from typing import Any
 import numpy as np
 
 from protos.env_spec import EnvSpec
+from protos.episode_frames import HUMAN_ACTION, POLICY_ACTION, robot_type, vector_names
 from protos.lerobot_dataset import DEFAULT_VIDEO, EpisodeFrames, LeRobotWriter, VideoFormat
 from sim_envs.vector import ChunkResult
 
@@ -29,7 +30,7 @@ class SimEpisodeRecorder:
         self, root: str, spec: EnvSpec, num_envs: int, executor: Executor, video: VideoFormat = DEFAULT_VIDEO
     ):
         self.spec, self.executor = spec, executor
-        self.writer = LeRobotWriter(root, fps=spec.control_hz, robot_type=f"sim:{spec.name}", video=video)
+        self.writer = LeRobotWriter(root, fps=spec.control_hz, robot_type=robot_type(spec), video=video)
         self.source = f"sim:{spec.name}"
         self._frames: list[list[dict[str, Any]]] = [[] for _ in range(num_envs)]
         self._warned = False
@@ -70,8 +71,8 @@ class SimEpisodeRecorder:
             vectors={
                 "observation.state": np.stack([f["state"] for f in frames]),
                 "action": actions,
-                "action.policy": actions,
-                "action.human": np.zeros_like(actions),
+                POLICY_ACTION: actions,
+                HUMAN_ACTION: np.zeros_like(actions),
             },
             scalars={
                 "next.reward": np.array([f["reward"] for f in frames], np.float32),
@@ -86,6 +87,7 @@ class SimEpisodeRecorder:
                 "success": bool(frames[-1]["success"]),
                 "end_reason": reason,
             },
+            names=vector_names(self.spec),
         )
         self.executor.submit(self._store, episode)
 

@@ -1,0 +1,32 @@
+#!/usr/bin/env bash
+# A side venv with LeRobot's own dataset library, for the round-trip check in
+# tests/protos/test_lerobot_roundtrip.py (lerobot-dataset needs Python >= 3.12, and pulls torch: ~8 GB,
+# about 4 minutes here). Reused when it is already there.
+#   bash scripts/lerobot_venv.sh          # -> .venv-lerobot
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+VENV=.venv-lerobot
+PINS=(lerobot-dataset==0.5.0)
+if [ -x "$VENV/bin/python" ] && "$VENV/bin/python" -c "import ledataset" >/dev/null 2>&1; then
+  echo "[lerobot-venv] $VENV is ready"
+  exit 0
+fi
+FOUND=""
+for candidate in "${PYTHON312:-}" python3.12 "$HOME"/.pyenv/versions/3.12*/bin/python /usr/bin/python3.12; do
+  if [ -n "$candidate" ] && "$candidate" -c 'import sys; assert sys.version_info >= (3, 12)' >/dev/null 2>&1; then
+    FOUND="$candidate"
+    break
+  fi
+done
+if [ -z "$FOUND" ]; then
+  echo "[lerobot-venv] no Python >= 3.12 found (set PYTHON312=...)" >&2
+  exit 1
+fi
+PYTHON312="$FOUND"
+echo "[lerobot-venv] creating $VENV with $("$PYTHON312" --version) and ${PINS[*]}"
+rm -rf "$VENV"
+"$PYTHON312" -m venv "$VENV"
+"$VENV/bin/python" -m pip install --disable-pip-version-check -q "${PINS[@]}" 2>&1 | grep -v "^WARNING: Location" || true
+"$VENV/bin/python" -c "import ledataset" # fails loudly if the install did not work
+echo "[lerobot-venv] done: $VENV"
