@@ -17,6 +17,7 @@ import torch
 from torch import nn
 
 from protos import EnvSpec
+from protos.atomic_files import write_atomic
 
 
 @dataclass
@@ -90,9 +91,7 @@ class Policy(nn.Module, abc.ABC):
             "spec": self.spec.to_dict(),
             "state_dict": {k: v.detach().cpu() for k, v in self.state_dict().items()},  # loads anywhere
         }
-        tmp = path.with_suffix(path.suffix + ".tmp")
-        torch.save(payload, tmp)
-        tmp.replace(path)
+        write_atomic(path, lambda tmp: torch.save(payload, tmp))
 
     def load_weights(self, state_dict: dict[str, torch.Tensor]) -> None:
         """Load weights, saying plainly which tensor does not fit (e.g. another env's state size)."""

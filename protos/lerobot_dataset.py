@@ -18,7 +18,6 @@ rename and the metadata) are removed when the dataset is opened again.
 from __future__ import annotations
 
 import json
-import os
 import shutil
 import threading
 import uuid
@@ -27,6 +26,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
+
+from protos.atomic_files import replace_durably, write_atomic
 
 CODEBASE_VERSION = "v3.0"
 CHUNKS_SIZE = 1000
@@ -169,9 +170,7 @@ class LeRobotWriter:
                 for stat, value in values.items():
                     row[f"stats/{name}/{stat}"] = np.asarray(value).tolist()
             for source, target in moves:
-                target.parent.mkdir(parents=True, exist_ok=True)
-                os.replace(source, target)
-                _fsync_dir(target.parent)
+                replace_durably(source, target)
             shutil.rmtree(staged.folder, ignore_errors=True)
             self.episodes.append(row)
             self._merge_stats(episode_stats)
@@ -210,7 +209,7 @@ class LeRobotWriter:
             "index": pa.array(np.arange(first, first + n, dtype=np.int64)),
             "task_index": pa.array(np.full(n, task_index, np.int64)),
         })  # fmt: skip
-        _durable(lambda p: pq.write_table(pa.table(columns), p), path)
+        write_atomic(path, lambda p: pq.write_table(pa.table(columns), p))
 
     def _write_video(self, path: Path, frames: Sequence[np.ndarray]) -> dict:
         """Encode ``frames`` (read one at a time) into ``path``; returns their pixel statistics."""
@@ -236,7 +235,7 @@ class LeRobotWriter:
                 for packet in stream.encode():
                     container.mux(packet)
 
-        _durable(write, path)
+        write_atomic(path, write)
         return pixels.stats()
 
     def _commit(self) -> None:
@@ -246,12 +245,12 @@ class LeRobotWriter:
         meta = self.root / "meta"
         episodes_path = self.root / EPISODES_PATH
         episodes_path.parent.mkdir(parents=True, exist_ok=True)
-        _durable(lambda p: pd.DataFrame(self.episodes).to_parquet(p, index=False), episodes_path)
+        write_atomic(episodes_path, lambda p: pd.DataFrame(self.episodes).to_parquet(p, index=False))
         tasks = pd.DataFrame(
             {"task_index": list(self.tasks.values())}, index=pd.Index(list(self.tasks), name="task")
         )
-        _durable(lambda p: tasks.to_parquet(p), meta / "tasks.parquet")
-        _durable(lambda p: p.write_text(json.dumps(self._stats_json(), indent=2)), meta / "stats.json")
+        write_atomic(meta / "tasks.parquet", lambda p: tasks.to_parquet(p))
+        write_atomic(meta / "stats.json", json.dumps(self._stats_json(), indent=2))
         assert self.info is not None
         self.info.update(
             total_episodes=len(self.episodes),
@@ -259,7 +258,7 @@ class LeRobotWriter:
             total_tasks=len(self.tasks),
             splits={"train": f"0:{len(self.episodes)}"},
         )
-        _durable(lambda p: p.write_text(json.dumps(self.info, indent=2)), meta / "info.json")
+        write_atomic(meta / "info.json", json.dumps(self.info, indent=2))
 
     # -- features and stats ------------------------------------------------------------------------
     def _new_info(self, episode: EpisodeFrames) -> dict:
@@ -531,23 +530,3 @@ def _fps_value(fps: float) -> int | float:
 
 def _plain(value):
     return value.tolist() if isinstance(value, np.ndarray) else value
-
-
-def _durable(write, path: Path) -> None:
-    """Write through ``write(tmp)``, fsync, rename over ``path``, fsync the folder."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.tmp")
-    write(tmp)
-    with open(tmp, "rb+") as handle:
-        os.fsync(handle.fileno())
-    os.replace(tmp, path)
-    _fsync_dir(path.parent)
-
-
-def _fsync_dir(folder: Path) -> None:
-    """Make a rename in ``folder`` durable (the directory entry itself is on disk after this)."""
-    fd = os.open(folder, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)

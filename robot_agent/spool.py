@@ -17,6 +17,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 from protos import robot_link_pb2 as pb
+from protos.atomic_files import write_atomic
 
 _LENGTH = struct.Struct("<I")
 _SAFE_ID = re.compile(r"^[A-Za-z0-9_.-]{1,128}$")
@@ -55,7 +56,7 @@ class EpisodeSpool:
         os.fsync(handle.fileno())
         handle.close()
         self._counts.pop(episode_id, None)
-        _write_atomic(self.root / episode_id / "end.bin", end.SerializeToString())
+        write_atomic(self.root / episode_id / "end.bin", end.SerializeToString())
 
     # -- reading -------------------------------------------------------------------------------
     def pending(self) -> list[str]:
@@ -120,7 +121,7 @@ class EpisodeSpool:
                 num_steps=max(seen),
                 reason="agent stopped mid-episode",
             )
-            _write_atomic(folder / "end.bin", end.SerializeToString())
+            write_atomic(folder / "end.bin", end.SerializeToString())
             recovered.append(folder.name)
         return recovered
 
@@ -140,12 +141,3 @@ def _read_records(path: Path, truncate_partial: bool = False) -> Iterator[pb.Obs
             yield pb.Observation.FromString(data)
     if truncate_partial and good_end < path.stat().st_size:
         os.truncate(path, good_end)  # drop a record cut short by a crash
-
-
-def _write_atomic(path: Path, data: bytes) -> None:
-    tmp = path.with_suffix(".tmp")
-    with open(tmp, "wb") as handle:
-        handle.write(data)
-        handle.flush()
-        os.fsync(handle.fileno())
-    os.replace(tmp, path)

@@ -10,7 +10,8 @@ select_gl_backend()  # must run before anything imports mujoco
 
 import gymnasium as _gym  # noqa: E402
 
-from sim_envs.registry import ENV_IDS, make, make_vector  # noqa: E402
+from sim_envs.registry import ENV_IDS, make  # noqa: E402
+from sim_envs.vector import make_vector  # noqa: E402
 
 # No passive env checker: gymnasium >= 1.4's refuses an empty Dict space, which a state-only env
 # (``cameras=()``) has under "images"; its other checks are covered by tests/sim_envs.

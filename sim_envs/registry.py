@@ -15,7 +15,8 @@ class UnknownEnvError(ValueError):
     """The env id is not one of ours."""
 
 
-def _task_for(env_id: str) -> str:
+def check_env_id(env_id: str) -> str:
+    """The task behind ``env_id``, or an error listing the known ids."""
     if env_id not in ENV_IDS:
         raise UnknownEnvError(f"unknown env id {env_id!r}; known: {sorted(ENV_IDS)}")
     return ENV_IDS[env_id]
@@ -25,14 +26,4 @@ def make(env_id: str, **config: Any):
     """Build one env (unwrapped, with ``env_spec``) from an id and config overrides."""
     from sim_envs.franka_env import FrankaEnv
 
-    return FrankaEnv(task=_task_for(env_id), **config)
-
-
-def make_vector(
-    env_id: str, num_envs: int, *, backend: str = "inline", num_workers: int | None = None, **config: Any
-):
-    """Build a :class:`sim_envs.vector.SimVectorEnv` of ``num_envs`` copies of one env."""
-    from sim_envs.vector import SimVectorEnv
-
-    _task_for(env_id)
-    return SimVectorEnv(env_id, num_envs, backend=backend, num_workers=num_workers, env_config=config)
+    return FrankaEnv(task=check_env_id(env_id), **config)

@@ -20,6 +20,7 @@ from typing import Any
 import numpy as np
 
 from protos import ContractError, EnvSpec
+from sim_envs.registry import check_env_id
 from sim_envs.vector_worker import EnvSlot
 
 
@@ -241,3 +242,11 @@ class SimVectorEnv:
     def __del__(self) -> None:
         with contextlib.suppress(Exception):
             self.close()
+
+
+def make_vector(
+    env_id: str, num_envs: int, *, backend: str = "inline", num_workers: int | None = None, **config: Any
+) -> SimVectorEnv:
+    """Build a :class:`SimVectorEnv` of ``num_envs`` copies of one env."""
+    check_env_id(env_id)
+    return SimVectorEnv(env_id, num_envs, backend=backend, num_workers=num_workers, env_config=config)

@@ -17,6 +17,7 @@ import numpy as np
 import torch
 
 from policies import Policy
+from protos.atomic_files import commit_folder
 from trainer.devices import to_cpu
 
 CHECKPOINT_DIR = "checkpoints"
@@ -54,9 +55,7 @@ def save_checkpoint(run_dir: Path, progress: Progress, policy: Policy, algorithm
     if hasattr(algorithm, "save_buffers"):
         algorithm.save_buffers(tmp)
     (tmp / "progress.json").write_text(json.dumps(asdict(progress)))
-    if final.exists():
-        shutil.rmtree(final)
-    tmp.rename(final)
+    commit_folder(tmp, final)
     return final
 
 

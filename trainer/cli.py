@@ -20,7 +20,7 @@ def _rollout(args: argparse.Namespace) -> int:
 
 def _train(args: argparse.Namespace) -> int:
     from trainer.configs import load_config
-    from trainer.configs.loader import ConfigError
+    from trainer.configs.errors import ConfigError
     from trainer.runner import CONFIG_FILE, Runner
 
     if args.resume:

@@ -9,7 +9,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from trainer.configs.loader import ConfigError
+from trainer.configs.errors import ConfigError
 
 CPU = torch.device("cpu")
 

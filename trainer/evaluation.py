@@ -9,6 +9,7 @@ import numpy as np
 
 import sim_envs
 from policies import Policy
+from protos.atomic_files import write_atomic
 from sim_envs.vector import SimVectorEnv
 
 
@@ -49,8 +50,5 @@ def evaluate_policy(
     if video_path is not None and frames:
         import imageio.v2 as imageio
 
-        video_path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = video_path.with_suffix(".tmp.gif")
-        imageio.mimsave(tmp, frames, duration=0.1, loop=0)
-        tmp.replace(video_path)
+        write_atomic(video_path, lambda tmp: imageio.mimsave(tmp, frames, duration=0.1, loop=0))
     return {"eval_return_mean": float(np.mean(returns)), "eval_success_rate": float(np.mean(successes))}

@@ -17,6 +17,7 @@ from typing import Any
 
 import numpy as np
 
+from robot_agent.drivers.setpoint_filter import SetpointFilter
 from robot_agent.pose_math import pose_from_column_major, pose_to_column_major
 
 # Shared arm state: q[7], dq[7], O_T_EE[16] (column-major), moving, overruns.
@@ -90,8 +91,6 @@ class _Arm:
 
         Replies once started; the stop request is answered when the motion has finished.
         """
-        from robot_agent.drivers.franka import SetpointFilter
-
         control = self.robot.start_cartesian_pose_control(self.plf.ControllerMode.CartesianImpedance)
         robot_state, _ = control.readOnce()
         # Start from the last *commanded* pose: the measured one differs by the impedance tracking

@@ -16,7 +16,7 @@ from policies.factory import load_policy
 from robot_agent.drivers import make_driver
 from robot_agent.teleop import make_teleop
 from tests.integration.link_harness import start_agent
-from trainer.configs.loader import ConfigError
+from trainer.configs.errors import ConfigError
 from trainer.server.config import load_serve_config
 from trainer.server.serve import dagger
 

@@ -307,7 +307,7 @@ def test_eval_mode_runs_a_saved_policy_and_reports_success_statistics(tmp_path):
 
 
 def test_bad_serve_configs_fail_at_start_with_the_key():
-    from trainer.configs.loader import ConfigError
+    from trainer.configs.errors import ConfigError
 
     for overrides, message in [
         (["server.mode=teleport"], "server.mode must be one of"),

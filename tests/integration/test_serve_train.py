@@ -12,7 +12,7 @@ import pytest
 from tests.integration.link_harness import start_agent, wait_until
 from tests.integration.test_serve import dataset
 from trainer.checkpoint import latest_checkpoint
-from trainer.configs.loader import ConfigError
+from trainer.configs.errors import ConfigError
 from trainer.server.config import load_serve_config
 from trainer.server.serve import train
 

@@ -44,3 +44,16 @@ def test_every_preset_loads():
     assert "ppo_pick_lift" in names
     for name in names:
         load_config(name)
+
+
+def test_the_algorithm_registry_names_unknown_algorithms_and_never_hides_an_import_error(monkeypatch):
+    from trainer.algorithms import registry
+
+    with pytest.raises(
+        KeyError, match=r"unknown algorithm 'dreamer'; known: \['bc', 'grpo', 'ppo', 'rlpd', 'sac'\]"
+    ):
+        registry.algorithm_class("dreamer")
+    assert registry.algorithm_class("sac").__name__ == "SAC"
+    monkeypatch.setitem(registry.ALGORITHMS, "sac", ("trainer.algorithms.sac_with_a_typo", "SAC"))
+    with pytest.raises(ModuleNotFoundError, match="sac_with_a_typo"):
+        registry.algorithm_class("sac")

@@ -1,26 +1,24 @@
-"""Algorithm names -> classes. Each class has ``config_class``, ``iterate``, ``state_dict``."""
+"""Algorithm names -> classes. Each class has ``config_class``, ``iterate``, ``state_dict``.
+
+An unknown name is a ``KeyError`` naming the known ones; a module that fails to import raises its own
+``ImportError`` (it is never taken for an absent algorithm).
+"""
 
 from __future__ import annotations
 
+import importlib
+
+ALGORITHMS = {
+    "ppo": ("trainer.algorithms.ppo", "PPO"),
+    "grpo": ("trainer.algorithms.grpo", "GRPO"),
+    "sac": ("trainer.algorithms.sac", "SAC"),
+    "rlpd": ("trainer.algorithms.rlpd", "RLPD"),
+    "bc": ("trainer.algorithms.bc", "BC"),
+}
+
 
 def algorithm_class(name: str) -> type:
-    from trainer.algorithms.bc import BC
-    from trainer.algorithms.ppo import PPO
-
-    classes: dict[str, type] = {"ppo": PPO, "bc": BC}
-    try:
-        from trainer.algorithms.grpo import GRPO
-
-        classes["grpo"] = GRPO
-    except ImportError:
-        pass
-    try:
-        from trainer.algorithms.rlpd import RLPD
-        from trainer.algorithms.sac import SAC
-
-        classes.update(sac=SAC, rlpd=RLPD)
-    except ImportError:
-        pass
-    if name not in classes:
-        raise KeyError(f"unknown algorithm {name!r}; known: {sorted(classes)}")
-    return classes[name]
+    if name not in ALGORITHMS:
+        raise KeyError(f"unknown algorithm {name!r}; known: {sorted(ALGORITHMS)}")
+    module, attribute = ALGORITHMS[name]
+    return getattr(importlib.import_module(module), attribute)

@@ -9,6 +9,7 @@ import numpy as np
 import torch
 
 from protos import EnvSpec
+from protos.atomic_files import write_atomic
 
 
 class ReplayBuffer:
@@ -101,10 +102,8 @@ class ReplayBuffer:
         }
 
     def save(self, path: Path) -> None:
-        tmp = path.with_name(path.name + ".tmp.npz")
         arrays = {k: v[: self.size] for k, v in self.data.items()}
-        np.savez(tmp, cursor=self.cursor, size=self.size, **arrays)
-        tmp.replace(path)
+        write_atomic(path, lambda tmp: np.savez(tmp, cursor=self.cursor, size=self.size, **arrays))
 
     def load(self, path: Path) -> None:
         with np.load(path) as saved:

@@ -10,14 +10,11 @@ import yaml
 from omegaconf import OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
+from trainer.configs.errors import ConfigError
 from trainer.configs.schema import TrainConfig
 
 PRESET_DIR = Path(__file__).resolve().parent
 DEFAULT_PRESET = "ppo_pick_lift"
-
-
-class ConfigError(ValueError):
-    """A config that cannot be used; the message names the key."""
 
 
 def preset_names() -> list[str]:

@@ -28,7 +28,7 @@ from ray.exceptions import RayActorError, RayTaskError
 
 from sim_envs.vector import EpisodeSummary
 from trainer.algorithms.common import IterationResult
-from trainer.configs.loader import ConfigError
+from trainer.configs.errors import ConfigError
 from trainer.distributed.learner import OffPolicyLearner
 from trainer.distributed.placement import PlacementPlan
 from trainer.distributed.worker_group import WorkerGroup

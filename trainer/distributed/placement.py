@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections import Counter
 from dataclasses import dataclass, replace
 
-from trainer.configs.loader import ConfigError
+from trainer.configs.errors import ConfigError
 from trainer.distributed.config import PLACEMENTS, ROLES, ClusterConfig
 
 

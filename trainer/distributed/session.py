@@ -5,7 +5,7 @@ from __future__ import annotations
 import logging
 import time
 
-from trainer.configs.loader import ConfigError
+from trainer.configs.errors import ConfigError
 from trainer.distributed.config import ClusterConfig
 
 log = logging.getLogger(__name__)

@@ -133,12 +133,12 @@ class Evaluation:
 
     def _write(self) -> None:
         import json
-        import os
 
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = self.path.with_name(f".{self.path.name}.tmp")
-        tmp.write_text(json.dumps({"policy": self.config.eval.policy_path, "robots": self.results}, indent=2))
-        os.replace(tmp, self.path)
+        from protos.atomic_files import write_atomic
+
+        write_atomic(
+            self.path, json.dumps({"policy": self.config.eval.policy_path, "robots": self.results}, indent=2)
+        )
 
 
 class Console:

@@ -1,0 +1,8 @@
+"""The one error type for unusable configs (its own module: the loader and what it loads both raise it)."""
+
+
+class ConfigError(ValueError):
+    """A config that cannot be used; the message names the key."""
+
+
+__all__ = ["ConfigError"]
