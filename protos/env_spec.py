@@ -190,3 +190,24 @@ def ee_delta_action_space(rotation: bool = True) -> ActionSpace:
         low=(-1.0,) * len(names),
         high=(1.0,) * len(names),
     )
+
+
+def spec_mismatch(expected: EnvSpec, given: EnvSpec, who: str = "the robot") -> str | None:
+    """Why envs of spec ``given`` cannot stand in for ``expected`` (what a policy or a run was built
+    for), or None. State fields are compared by name, size and order: a robot whose fields are the
+    right total size in another order would feed a policy the wrong values without any error."""
+    want = [(f.name, f.size) for f in expected.state_fields]
+    have = [(f.name, f.size) for f in given.state_fields]
+    if want != have:
+        first = next((i for i, (w, h) in enumerate(zip(want, have)) if w != h), min(len(want), len(have)))
+        show = lambda fields: ", ".join(f"{n}[{s}]" for n, s in fields)  # noqa: E731
+        return f"state fields differ from field {first} on: expected {show(want)}; {who} has {show(have)}"
+    if expected.action.dim != given.action.dim:
+        return f"expected action dim {expected.action.dim}, {who} has {given.action.dim}"
+    missing = sorted(set(expected.camera_names) - set(given.camera_names))
+    if missing:
+        return f"{who} lacks cameras {missing}"
+    for name in expected.camera_names:
+        if expected.camera(name).shape != given.camera(name).shape:
+            return f"camera {name!r}: expected {expected.camera(name).shape}, {who} sends {given.camera(name).shape}"
+    return None

@@ -14,6 +14,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from protos import franka
 from protos.env_spec import EE_DELTA_POSE_GRIPPER, EnvSpec
 from protos.validation import ContractError, validate_action
 from robot_agent.pose_math import limit_rotation, matrix_to_rotvec, quat_to_matrix, rotvec_to_matrix
@@ -23,8 +24,8 @@ from robot_agent.pose_math import limit_rotation, matrix_to_rotvec, quat_to_matr
 class SafetyConfig:
     """Limits enforced on the agent. Lengths in metres, angles in radians, per control step."""
 
-    workspace_low: tuple[float, float, float] = (0.2, -0.45, 0.02)
-    workspace_high: tuple[float, float, float] = (0.85, 0.45, 0.6)
+    workspace_low: tuple[float, float, float] = franka.WORKSPACE_LOW
+    workspace_high: tuple[float, float, float] = franka.WORKSPACE_HIGH
     max_translation_m: float = 0.03
     max_rotation_rad: float = 0.2
     max_gripper_change: float = 1.0  # normalised gripper units per step (the full range is 2)

@@ -17,8 +17,8 @@ from protos import (
     ActionSpace,
     CameraSpec,
     EnvSpec,
-    StateField,
     ee_delta_action_space,
+    franka,
     validate_action,
 )
 from sim_envs import panda_model
@@ -30,22 +30,16 @@ from sim_envs.tasks import make_task
 
 CAMERAS = ("front", "wrist")
 INSTRUCTION_CHARSET = string.ascii_letters + string.digits + " .,;:!?'-_/()"
-# The TCP target is kept inside this box (world frame, metres); z_min keeps the pads off the table.
-WORKSPACE_LOW = np.array([0.2, -0.45, 0.025])
-WORKSPACE_HIGH = np.array([0.85, 0.45, 0.6])
-MAX_TARGET_LEAD_M = 0.1  # the TCP target never runs further ahead of the TCP than this
+# The TCP target is kept inside the Franka contract's box and within its lead of the TCP.
+WORKSPACE_LOW = np.array(franka.WORKSPACE_LOW)
+WORKSPACE_HIGH = np.array(franka.WORKSPACE_HIGH)
+MAX_TARGET_LEAD_M = franka.TARGET_LEAD_M
 _INSTABILITY_WARNINGS = (
     mujoco.mjtWarning.mjWARN_BADQACC,
     mujoco.mjtWarning.mjWARN_BADQVEL,
     mujoco.mjtWarning.mjWARN_BADQPOS,
 )
-PROPRIO_FIELDS = (
-    StateField("joint_pos", 7),
-    StateField("joint_vel", 7),
-    StateField("tcp_pos", 3),
-    StateField("tcp_quat", 4),
-    StateField("gripper_width", 1),
-)
+PROPRIO_FIELDS = franka.STATE_FIELDS
 
 
 @dataclass(frozen=True)

@@ -12,9 +12,10 @@ import math
 
 import numpy as np
 
-from protos.panda_kinematics import (  # noqa: F401  (re-exported: the scene is built from them)
+from protos.franka import (  # noqa: F401  (re-exported: the scene is built from them)
     FLANGE_D,
     HAND_TCP_Z,
+    HOME_JOINTS,
     PANDA_DH,
     DHRow,
     dh_link_transform,
@@ -31,8 +32,7 @@ FINGER_MASS = 0.015
 FINGER_TRAVEL = 0.04  # each finger slides 0..4 cm: 8 cm maximum opening
 GRIPPER_FORCE = 70.0  # N, continuous grasp force of the Franka Hand
 
-# The usual "ready" posture: TCP about 0.31 m in front of the base, 0.49 m up, pointing down.
-HOME_QPOS = (0.0, -0.785398, 0.0, -2.356194, 0.0, 1.570796, 0.785398)
+HOME_QPOS = HOME_JOINTS  # the "ready" posture, from the Franka contract
 
 # Joint servo gains (position actuators), strong on the shoulder, weaker on the wrist.
 ARM_KP = (4500.0, 4500.0, 3500.0, 3500.0, 2000.0, 2000.0, 2000.0)

@@ -17,7 +17,6 @@ from __future__ import annotations
 import contextlib
 import importlib.util
 import logging
-import math
 import multiprocessing
 import time
 from dataclasses import dataclass
@@ -25,7 +24,8 @@ from typing import Any
 
 import numpy as np
 
-from protos.env_spec import CameraSpec, EnvSpec, StateField, ee_delta_action_space
+from protos import franka
+from protos.env_spec import CameraSpec, EnvSpec, ee_delta_action_space
 from robot_agent.cameras import Camera, CameraConfig, CameraError, make_camera
 from robot_agent.drivers.base import (
     DriverCapabilities,
@@ -47,15 +47,9 @@ from robot_agent.safety import ArmScaling, TcpPose
 
 log = logging.getLogger(__name__)
 
-# The same proprioception layout as the sim twin, so a policy moves between them unchanged.
-STATE_FIELDS = (
-    StateField("joint_pos", 7),
-    StateField("joint_vel", 7),
-    StateField("tcp_pos", 3),
-    StateField("tcp_quat", 4),
-    StateField("gripper_width", 1),
-)
-HOME_JOINTS = (0.0, -math.pi / 4, 0.0, -3 * math.pi / 4, 0.0, math.pi / 2, math.pi / 4)
+# The same proprioception layout and home as the sim twin (the Franka contract), so a policy moves
+# between them unchanged.
+STATE_FIELDS, HOME_JOINTS = franka.STATE_FIELDS, franka.HOME_JOINTS
 
 
 @dataclass(frozen=True)
@@ -72,7 +66,7 @@ class FrankaConfig:
     home_max_joint_speed_rads: float = 0.5
     max_translation_m: float = 0.05
     max_rotation_rad: float = 0.3
-    max_target_lead_m: float = 0.1  # the target never runs further ahead of the TCP than this
+    max_target_lead_m: float = franka.TARGET_LEAD_M  # the target never runs further ahead of the TCP
     # The 1 kHz setpoint profile. Franka hardware refused a +x ramp at 2.5 m/s^2 / 500 m/s^3 and ran one
     # at 1.5 m/s^2 / 200 m/s^3 cleanly (franka-sim's calibration notes): these stay well inside that.
     setpoint_gain: float = 6.0  # 1/s: position error -> velocity

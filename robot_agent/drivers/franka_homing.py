@@ -5,7 +5,7 @@ does not pass through the per-step safety filter. Before it runs, the TCP's path
 the arm's forward kinematics: a path that leaves the workspace box is refused, and the duration is
 stretched until neither the TCP nor any joint moves faster than its limit.
 
-Kinematics: ``protos.panda_kinematics`` (Franka's published DH table; the FR3 uses the same), plus
+Kinematics: ``protos.franka`` (Franka's published DH table; the FR3 uses the same), plus
 the flange-to-TCP transform measured on the arm at the start, so an end effector configured in Desk
 is honoured without being known here.
 """
@@ -17,7 +17,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from protos.panda_kinematics import forward_kinematics
+from protos.franka import forward_kinematics
 
 PEAK_SPEED_FACTOR = math.pi / 2  # the cosine blend's peak speed over its mean speed
 PATH_SAMPLES = 200

@@ -96,3 +96,27 @@ def test_observation_validation():
     del obs["images"]["front"]
     with pytest.raises(ContractError, match="observation cameras expected"):
         validate_observation(spec, obs)
+
+
+def test_spec_mismatch_compares_state_fields_by_name_and_order_not_just_size():
+    from protos.env_spec import spec_mismatch
+
+    def spec(*fields, action_dim=7, size=64) -> EnvSpec:
+        return EnvSpec("t", (CameraSpec("front", size, size, 10.0),), tuple(StateField(n, s) for n, s in fields),
+                       ee_delta_action_space(rotation=action_dim == 7), 10.0, "", 5)  # fmt: skip
+
+    policy = spec(("tcp_pos", 3), ("tcp_quat", 4), ("gripper_width", 1))
+    assert spec_mismatch(policy, spec(("tcp_pos", 3), ("tcp_quat", 4), ("gripper_width", 1))) is None
+    # The same 8 values in another order would be read as the wrong things: refused, naming where.
+    reordered = spec(("tcp_quat", 4), ("tcp_pos", 3), ("gripper_width", 1))
+    assert spec_mismatch(policy, reordered, "robot r1") == (
+        "state fields differ from field 0 on: expected tcp_pos[3], tcp_quat[4], gripper_width[1]; "
+        "robot r1 has tcp_quat[4], tcp_pos[3], gripper_width[1]"
+    )
+    assert "from field 2 on" in spec_mismatch(policy, spec(("tcp_pos", 3), ("tcp_quat", 4)))
+    assert spec_mismatch(
+        policy, spec(*[("tcp_pos", 3), ("tcp_quat", 4), ("gripper_width", 1)], action_dim=4)
+    ) == ("expected action dim 7, the robot has 4")
+    assert "camera 'front': expected (64, 64, 3)" in spec_mismatch(
+        policy, spec(("tcp_pos", 3), ("tcp_quat", 4), ("gripper_width", 1), size=32)
+    )

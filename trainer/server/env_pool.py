@@ -23,10 +23,10 @@ from typing import Any
 import numpy as np
 
 from protos import robot_link_pb2 as pb
-from protos.env_spec import EnvSpec
+from protos.env_spec import EnvSpec, spec_mismatch
 from sim_envs.vector import ChunkResult, EpisodeSummary, SimVectorEnv
 from trainer.server.link_server import LinkServer
-from trainer.server.remote_env import RemoteRobotEnv, spec_mismatch
+from trainer.server.remote_env import RemoteRobotEnv
 from trainer.server.session import RobotUnavailable
 
 log = logging.getLogger(__name__)
@@ -113,7 +113,7 @@ class EnvPool:
         for robot_id, session in list(self.server.sessions.items()):
             if robot_id in known or session.state == "disconnected":
                 continue
-            problem = spec_mismatch(self.spec, session.spec, robot_id)
+            problem = spec_mismatch(self.spec, session.spec, f"robot {robot_id}")
             if problem:
                 if self._refused.get(robot_id) != problem:
                     log.error("not training on robot %s: %s", robot_id, problem)

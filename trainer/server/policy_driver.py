@@ -10,6 +10,7 @@ import numpy as np
 from policies import Policy
 from protos import link_codec
 from protos import robot_link_pb2 as pb
+from protos.env_spec import spec_mismatch
 from trainer.server.episode_runner import RemotePolicy
 from trainer.server.session import RobotSession
 
@@ -24,14 +25,8 @@ class PolicyDriver:
 
     def incompatibility(self, session: RobotSession) -> str | None:
         """Why this policy cannot drive this robot, or None."""
-        spec, robot = self.policy.spec, session.spec
-        if spec.state_dim != robot.state_dim or spec.action.dim != robot.action.dim:
-            return (
-                f"policy expects state {spec.state_dim} / action {spec.action.dim}, "
-                f"robot {session.robot_id} has {robot.state_dim} / {robot.action.dim}"
-            )
-        missing = set(spec.camera_names) - set(robot.camera_names)
-        return f"robot {session.robot_id} lacks cameras {sorted(missing)}" if missing else None
+        problem = spec_mismatch(self.policy.spec, session.spec, f"robot {session.robot_id}")
+        return None if problem is None else f"the policy does not fit: {problem}"
 
     def remote_policy(self, session: RobotSession) -> RemotePolicy:
         import torch

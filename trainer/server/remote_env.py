@@ -28,25 +28,6 @@ from trainer.server.session import RobotSession, RobotUnavailable
 log = logging.getLogger(__name__)
 
 
-def spec_mismatch(expected: EnvSpec, robot: EnvSpec, robot_id: str) -> str | None:
-    """Why a robot with spec ``robot`` cannot stand in for envs of spec ``expected``, or None."""
-    if expected.state_dim != robot.state_dim or expected.action.dim != robot.action.dim:
-        return (
-            f"expected state {expected.state_dim} / action {expected.action.dim}, "
-            f"robot {robot_id} has state {robot.state_dim} / action {robot.action.dim}"
-        )
-    missing = set(expected.camera_names) - set(robot.camera_names)
-    if missing:
-        return f"robot {robot_id} lacks cameras {sorted(missing)}"
-    for name in expected.camera_names:
-        if expected.camera(name).shape != robot.camera(name).shape:
-            return (
-                f"camera {name!r}: expected {expected.camera(name).shape}, "
-                f"robot {robot_id} sends {robot.camera(name).shape}"
-            )
-    return None
-
-
 @dataclass
 class ChunkOutcome:
     """What one action chunk did on a robot: the observation after each executed tick, and the end."""

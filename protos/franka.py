@@ -1,5 +1,12 @@
-"""The Franka Panda's (and FR3's) kinematics from the modified (Craig) Denavit-Hartenberg table in
-Franka's datasheet: one owner for the sim scene builder and the real arm's homing planner."""
+"""The Franka arm as every part of the stack sees it: one owner for the sim, the sim twin, the real
+driver and the agent's safety defaults.
+
+- its proprioception layout (the state fields a policy reads, the same in sim and on the robot);
+- its home posture and the default workspace box of the TCP;
+- how far a Cartesian controller's target may lead the TCP;
+- its kinematics, from the modified (Craig) Denavit-Hartenberg table in Franka's datasheet (the FR3
+  uses the same).
+"""
 
 from __future__ import annotations
 
@@ -7,6 +14,22 @@ import math
 from dataclasses import dataclass
 
 import numpy as np
+
+from protos.env_spec import StateField
+
+STATE_FIELDS = (
+    StateField("joint_pos", 7),
+    StateField("joint_vel", 7),
+    StateField("tcp_pos", 3),
+    StateField("tcp_quat", 4),  # (w, x, y, z)
+    StateField("gripper_width", 1),  # per finger, metres
+)
+# The usual "ready" posture: TCP about 0.31 m in front of the base, 0.49 m up, pointing down.
+HOME_JOINTS = (0.0, -math.pi / 4, 0.0, -3 * math.pi / 4, 0.0, math.pi / 2, math.pi / 4)
+# The TCP's box (base frame, metres); z_min keeps the finger pads off the table.
+WORKSPACE_LOW = (0.2, -0.45, 0.025)
+WORKSPACE_HIGH = (0.85, 0.45, 0.6)
+TARGET_LEAD_M = 0.1  # per axis: a Cartesian controller's target never runs further ahead of the TCP
 
 
 @dataclass(frozen=True)
