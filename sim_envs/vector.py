@@ -13,68 +13,15 @@ import os
 import socket
 import subprocess
 import sys
-from dataclasses import dataclass, field
 from multiprocessing.connection import Connection
 from typing import Any
 
 import numpy as np
 
 from protos import ContractError, EnvSpec
+from protos.batch import ChunkResult, EpisodeSummary, stack_obs
 from sim_envs.registry import check_env_id
 from sim_envs.vector_worker import EnvSlot
-
-
-@dataclass(frozen=True)
-class EpisodeSummary:
-    """One finished episode."""
-
-    env_index: int
-    episode_return: float
-    length: int
-    success: bool
-
-
-@dataclass
-class ChunkResult:
-    """What ``chunk_step`` returns. Arrays are ``[N, chunk]``; ``valid`` is False after a done."""
-
-    obs: dict[str, Any]
-    rewards: np.ndarray
-    terminated: np.ndarray
-    truncated: np.ndarray
-    success: np.ndarray
-    valid: np.ndarray
-    final_obs: list[dict[str, Any] | None]
-    finished: list[EpisodeSummary] = field(default_factory=list)
-    # Envs whose current episode was cut by a failure outside the env (a robot that dropped): none of
-    # that episode's transitions may be trained on. Sim envs never abort.
-    aborted: list[int] = field(default_factory=list)
-    # [N, chunk, A] in env units: what really ran, where that may differ from the actions sent (a
-    # human took over, the robot's safety scaled it down); None: exactly what was sent (sim envs).
-    executed: np.ndarray | None = None
-    intervened: np.ndarray | None = None  # [N, chunk]: a human drove that step
-
-    @property
-    def done(self) -> np.ndarray:
-        """[N]: the env's episode ended somewhere in this chunk."""
-        return (self.terminated | self.truncated).any(axis=1)
-
-    def next_obs(self) -> dict[str, Any]:
-        """The observation that followed each env's last step: the final one where an episode
-        ended (``obs`` already holds the next episode's first), else ``obs`` (for replay buffers)."""
-        rows = [
-            self.final_obs[i] if self.final_obs[i] is not None else _row(self.obs, i)
-            for i in range(len(self.final_obs))
-        ]
-        return SimVectorEnv.stack_obs(rows)
-
-
-def _row(batched: dict[str, Any], i: int) -> dict[str, Any]:
-    return {
-        "state": batched["state"][i],
-        "images": {k: v[i] for k, v in batched["images"].items()},
-        "instruction": batched["instruction"][i],
-    }
 
 
 class SimVectorEnv:
@@ -201,15 +148,7 @@ class SimVectorEnv:
             finished=finished,
         )
 
-    @staticmethod
-    def stack_obs(observations: list[dict[str, Any]]) -> dict[str, Any]:
-        """Batch per-env observations: images [N, H, W, 3], state [N, D], instruction list."""
-        first = observations[0]
-        return {
-            "images": {name: np.stack([o["images"][name] for o in observations]) for name in first["images"]},
-            "state": np.stack([o["state"] for o in observations]),
-            "instruction": [o["instruction"] for o in observations],
-        }
+    stack_obs = staticmethod(stack_obs)
 
     def close(self) -> None:
         if self._closed:

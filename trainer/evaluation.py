@@ -10,7 +10,7 @@ import numpy as np
 import sim_envs
 from policies import Policy
 from protos.atomic_files import write_atomic
-from sim_envs.vector import SimVectorEnv
+from protos.batch import stack_obs
 
 
 def evaluate_policy(
@@ -33,7 +33,7 @@ def evaluate_policy(
             obs, _ = env.reset(seed=seed + episode)
             total, success, done = 0.0, False, False
             while not done:
-                chunk = policy.act(SimVectorEnv.stack_obs([obs]), mode="greedy").actions[0].cpu().numpy()
+                chunk = policy.act(stack_obs([obs]), mode="greedy").actions[0].cpu().numpy()
                 for action in chunk:
                     obs, reward, terminated, truncated, info = env.step(action)
                     if video_path is not None and episode == 0:

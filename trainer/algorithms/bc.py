@@ -17,8 +17,8 @@ import numpy as np
 import torch
 
 from policies import Policy
+from protos.batch import VectorEnv
 from protos.lerobot_dataset import DatasetError
-from sim_envs.vector import SimVectorEnv
 from trainer.algorithms.common import IterationResult, decisions_per_episode, random_shift
 from trainer.algorithms.demonstrations import Demonstrations, describe_empty, load_demonstrations
 from trainer.devices import module_device
@@ -114,14 +114,14 @@ class BC:
             raise ValueError(f"algo.dataset={cfg.dataset!r}: {exc}") from None
         self.optimizer = self.regression.optimizer
 
-    def iterate(self, venv: SimVectorEnv, seed: int) -> IterationResult:
+    def iterate(self, venv: VectorEnv, seed: int) -> IterationResult:
         loss = self.regression.fit(self.cfg.updates_per_iteration)
         steps, finished = self.play_greedy(venv, seed)
         metrics = {"bc_mse": loss, "dataset_frames": len(self.regression.states)}
         return IterationResult(steps, finished, metrics)
 
     @torch.no_grad()
-    def play_greedy(self, venv: SimVectorEnv, seed: int):
+    def play_greedy(self, venv: VectorEnv, seed: int):
         """One greedy episode per env from seeded resets: (env steps, finished episodes)."""
         obs, _ = venv.reset(seed=seed)
         steps, finished = 0, []

@@ -10,7 +10,7 @@ import torch
 from torch.nn import functional
 
 from policies import Policy
-from sim_envs.vector import ChunkResult, EpisodeSummary, SimVectorEnv
+from protos.batch import ChunkResult, EpisodeSummary, VectorEnv, stack_obs
 
 
 @dataclass
@@ -85,7 +85,7 @@ def bootstrap_values(policy: Policy, result: ChunkResult) -> torch.Tensor:
     boot = torch.zeros(len(result.final_obs))
     truncated = [i for i in range(len(boot)) if result.truncated[i].any() and not result.terminated[i].any()]
     if truncated and getattr(policy, "critic", None) is not None:
-        final = SimVectorEnv.stack_obs([result.final_obs[i] for i in truncated])
+        final = stack_obs([result.final_obs[i] for i in truncated])
         with torch.no_grad():
             boot[truncated] = policy.value(final).cpu()
     return boot
@@ -147,7 +147,7 @@ class TrajectoryBuilder:
 
 
 def collect_on_policy(
-    venv: SimVectorEnv,
+    venv: VectorEnv,
     policy: Policy,
     seed: int,
     num_steps: int,
@@ -241,7 +241,7 @@ class IterationResult:
     metrics: dict[str, float]
 
 
-def decisions_per_episode(venv: SimVectorEnv, policy: Policy) -> int:
+def decisions_per_episode(venv: VectorEnv, policy: Policy) -> int:
     """Decisions needed to play one full episode with the policy's action chunks."""
     return -(-venv.spec.max_episode_steps // policy.chunk_size)
 

@@ -16,7 +16,7 @@ import torch
 from torch import nn
 
 from policies import Policy
-from sim_envs.vector import SimVectorEnv
+from protos.batch import VectorEnv
 from trainer.algorithms.common import (
     IterationResult,
     OnPolicyBatch,
@@ -60,7 +60,7 @@ class GRPO:
             )
         return [seed + i // cfg.group_size for i in range(num_envs)]
 
-    def iterate(self, venv: SimVectorEnv, seed: int) -> IterationResult:
+    def iterate(self, venv: VectorEnv, seed: int) -> IterationResult:
         tick = time.perf_counter()
         seeds = self.reset_seeds(self.cfg, seed, venv.num_envs)
         steps = decisions_per_episode(venv, self.policy)

@@ -16,7 +16,7 @@ import torch
 from torch import nn
 
 from policies import Policy
-from sim_envs.vector import SimVectorEnv
+from protos.batch import VectorEnv
 from trainer.algorithms.common import (
     IterationResult,
     OnPolicyBatch,
@@ -57,7 +57,7 @@ class PPO:
         self.policy, self.cfg = policy, cfg
         self.optimizer = torch.optim.Adam(policy.parameters(), lr=cfg.learning_rate, eps=1e-5)
 
-    def iterate(self, venv: SimVectorEnv, seed: int) -> IterationResult:
+    def iterate(self, venv: VectorEnv, seed: int) -> IterationResult:
         """Collect one episode per env from seeded resets, then update."""
         tick = time.perf_counter()
         batch = collect_on_policy(

@@ -13,6 +13,7 @@ import numpy as np
 import torch
 
 from policies import Policy
+from protos.batch import VectorEnv
 from sim_envs.scripted import scripted_policy
 from sim_envs.vector import SimVectorEnv
 from trainer.algorithms.replay import ReplayBuffer
@@ -50,11 +51,11 @@ class RLPD(SAC):
             "interventions": float(self.interventions),
         }
 
-    def before_iteration(self, venv: SimVectorEnv, seed: int) -> None:
+    def before_iteration(self, venv: VectorEnv, seed: int) -> None:
         if len(self.demos) == 0 and self.cfg.demo_episodes > 0:
             self.collect_demos(venv)
 
-    def collect_demos(self, venv: SimVectorEnv) -> None:
+    def collect_demos(self, venv: VectorEnv) -> None:
         """Play the scripted controller for ``demo_episodes`` episodes into the demo buffer.
 
         The controller reads the privileged task state (object poses). When the policy sees only
@@ -79,7 +80,7 @@ class RLPD(SAC):
             {"state": torch.as_tensor(self.demos.data["state"][: len(self.demos)])}
         )
 
-    def _play_demos(self, venv: SimVectorEnv, state_dim: int) -> None:
+    def _play_demos(self, venv: VectorEnv, state_dim: int) -> None:
         controllers = [scripted_policy(venv.spec) for _ in range(venv.num_envs)]
         visible = lambda o: {**o, "state": o["state"][:, :state_dim]}  # noqa: E731
         for round_start in range(0, self.cfg.demo_episodes, venv.num_envs):

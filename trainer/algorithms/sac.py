@@ -16,7 +16,7 @@ import numpy as np
 import torch
 
 from policies import Policy
-from sim_envs.vector import SimVectorEnv
+from protos.batch import VectorEnv
 from trainer.algorithms.common import IterationResult, decisions_per_episode, policy_cameras, random_shift
 from trainer.algorithms.critics import QEnsemble
 from trainer.algorithms.replay import ReplayBuffer
@@ -88,7 +88,7 @@ class SAC:
         self.pending_updates = 0.0
 
     # -- acting ------------------------------------------------------------------------------------
-    def iterate(self, venv: SimVectorEnv, seed: int) -> IterationResult:
+    def iterate(self, venv: VectorEnv, seed: int) -> IterationResult:
         self.before_iteration(venv, seed)
         obs, _ = venv.reset(seed=seed)
         finished, stats, steps = [], [], 0
@@ -129,7 +129,7 @@ class SAC:
             self.pending_updates += len(played) * self.cfg.utd_ratio
         return len(played)
 
-    def before_iteration(self, venv: SimVectorEnv, seed: int) -> None:
+    def before_iteration(self, venv: VectorEnv, seed: int) -> None:
         """Hook for subclasses (RLPD loads its demonstrations here)."""
 
     def after_step(self, obs: dict, actions: np.ndarray, result, next_obs: dict, played: np.ndarray) -> None:

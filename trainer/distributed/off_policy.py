@@ -26,7 +26,7 @@ from pathlib import Path
 import ray
 from ray.exceptions import RayActorError, RayTaskError
 
-from sim_envs.vector import EpisodeSummary
+from protos.batch import EpisodeSummary
 from trainer.algorithms.common import IterationResult
 from trainer.configs.errors import ConfigError
 from trainer.distributed.learner import OffPolicyLearner

@@ -1,6 +1,6 @@
 """Sim envs and connected robots as one vector env, for co-training.
 
-:class:`EnvPool` speaks :class:`~sim_envs.vector.SimVectorEnv`'s batched contract (``reset``,
+:class:`EnvPool` speaks :class:`~protos.batch.VectorEnv`'s batched contract (``reset``,
 ``chunk_step``, ``num_envs``, ``spec``), so every algorithm consumes it unchanged. Slots
 ``0..n_sim-1`` are the sim envs; the rest are robots. Each slot has a source tag (``sim:<task>``,
 ``robot:<id>``) and a sampling weight.
@@ -23,8 +23,8 @@ from typing import Any
 import numpy as np
 
 from protos import robot_link_pb2 as pb
+from protos.batch import ChunkResult, EpisodeSummary, VectorEnv, stack_obs
 from protos.env_spec import EnvSpec, spec_mismatch
-from sim_envs.vector import ChunkResult, EpisodeSummary, SimVectorEnv
 from trainer.server.link_server import LinkServer
 from trainer.server.remote_env import RemoteRobotEnv
 from trainer.server.session import RobotUnavailable
@@ -60,7 +60,7 @@ class EnvPool:
     """N sim envs plus every compatible connected robot, behind the batched env contract."""
 
     def __init__(
-        self, sim: SimVectorEnv, server: LinkServer | None = None, loop: asyncio.AbstractEventLoop | None = None,
+        self, sim: VectorEnv, server: LinkServer | None = None, loop: asyncio.AbstractEventLoop | None = None,
         weights: dict[str, float] | None = None, step_timeout_s: float = 10.0, seed: int = 0,
         sim_recorder=None,
     ) -> None:  # fmt: skip
@@ -100,7 +100,7 @@ class EnvPool:
     def source_weights(self) -> np.ndarray:
         return np.array([self.weights[source.split(":")[0]] for source in self.sources], np.float32)
 
-    stack_obs = staticmethod(SimVectorEnv.stack_obs)
+    stack_obs = staticmethod(stack_obs)
 
     # -- membership -----------------------------------------------------------------------------
     def refresh(self) -> list[str]:
@@ -267,7 +267,7 @@ class EnvPool:
         if not robot_obs:
             return sim_obs
         rows = [row if row is not None else self._blank_obs() for row in robot_obs]
-        robots = SimVectorEnv.stack_obs(rows)
+        robots = stack_obs(rows)
         return {
             "state": np.concatenate([sim_obs["state"], robots["state"]]),
             "images": {

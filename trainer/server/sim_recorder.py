@@ -15,10 +15,10 @@ from typing import Any
 
 import numpy as np
 
+from protos.batch import ChunkResult
 from protos.env_spec import EnvSpec
 from protos.episode_frames import HUMAN_ACTION, POLICY_ACTION, robot_type, vector_names
 from protos.lerobot_dataset import DEFAULT_VIDEO, EpisodeFrames, LeRobotWriter, VideoFormat
-from sim_envs.vector import ChunkResult
 
 log = logging.getLogger(__name__)
 

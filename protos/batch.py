@@ -1,0 +1,104 @@
+"""The batched env contract, one owner for the trainer, the sims and the env pool: what a vector env
+is (:class:`VectorEnv`), what one chunk step returns (:class:`ChunkResult`), and how observations are
+stacked into a batch and selected out of one."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+import numpy as np
+
+from protos.env_spec import EnvSpec
+
+
+class VectorEnv(Protocol):
+    """N auto-resetting envs behind one batched interface: sim envs, robots, or both (the env pool)."""
+
+    spec: EnvSpec
+
+    @property
+    def num_envs(self) -> int: ...
+
+    def reset(
+        self, seed: int | None = None, seeds: list[int | None] | None = None
+    ) -> tuple[dict[str, Any], dict]:
+        """Batched first observations; env i gets ``seed + i`` (or ``seeds[i]``)."""
+        ...
+
+    def step(self, actions: np.ndarray) -> ChunkResult:
+        """One step for every env: ``actions`` is ``[N, action_dim]``."""
+        ...
+
+    def chunk_step(self, actions: np.ndarray) -> ChunkResult:
+        """``[N, chunk, action_dim]`` action chunks; a finished env resets at once."""
+        ...
+
+    def close(self) -> None: ...
+
+
+def stack_obs(observations: list[dict[str, Any]]) -> dict[str, Any]:
+    """Batch per-env observations: images [N, H, W, 3], state [N, D], instruction list."""
+    first = observations[0]
+    return {
+        "images": {name: np.stack([o["images"][name] for o in observations]) for name in first["images"]},
+        "state": np.stack([o["state"] for o in observations]),
+        "instruction": [o["instruction"] for o in observations],
+    }
+
+
+@dataclass(frozen=True)
+class EpisodeSummary:
+    """One finished episode."""
+
+    env_index: int
+    episode_return: float
+    length: int
+    success: bool
+
+
+@dataclass
+class ChunkResult:
+    """What ``chunk_step`` returns. Arrays are ``[N, chunk]``; ``valid`` is False after a done."""
+
+    obs: dict[str, Any]
+    rewards: np.ndarray
+    terminated: np.ndarray
+    truncated: np.ndarray
+    success: np.ndarray
+    valid: np.ndarray
+    final_obs: list[dict[str, Any] | None]
+    finished: list[EpisodeSummary] = field(default_factory=list)
+    # Envs whose current episode was cut by a failure outside the env (a robot that dropped): none of
+    # that episode's transitions may be trained on. Sim envs never abort.
+    aborted: list[int] = field(default_factory=list)
+    # [N, chunk, A] in env units: what really ran, where that may differ from the actions sent (a
+    # human took over, the robot's safety scaled it down); None: exactly what was sent (sim envs).
+    executed: np.ndarray | None = None
+    intervened: np.ndarray | None = None  # [N, chunk]: a human drove that step
+
+    @property
+    def done(self) -> np.ndarray:
+        """[N]: the env's episode ended somewhere in this chunk."""
+        return (self.terminated | self.truncated).any(axis=1)
+
+    def next_obs(self) -> dict[str, Any]:
+        """The observation that followed each env's last step: the final one where an episode
+        ended (``obs`` already holds the next episode's first), else ``obs`` (for replay buffers)."""
+        rows = [
+            self.final_obs[i] if self.final_obs[i] is not None else select_row(self.obs, i)
+            for i in range(len(self.final_obs))
+        ]
+        return stack_obs(rows)
+
+
+def select_row(batched: dict[str, Any], i: int) -> dict[str, Any]:
+    """Env ``i``'s observation out of a batched one."""
+    return {
+        "state": batched["state"][i],
+        "images": {k: v[i] for k, v in batched["images"].items()},
+        "instruction": batched["instruction"][i],
+    }
+
+
+__all__ = ["ChunkResult", "EpisodeSummary", "VectorEnv", "select_row", "stack_obs"]
