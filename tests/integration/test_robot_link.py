@@ -341,3 +341,22 @@ def test_estop_stops_the_episode_and_refuses_all_later_actions(tmp_path):
     finally:
         agent.stop()
         server.stop()
+
+
+def test_an_episode_whose_robot_leaves_ends_typed_as_robot_left(tmp_path):
+    server = start_server()
+    agent = start_agent(server.server.port, tmp_path)
+    try:
+        session = server.call(server.server.wait_for_robot(timeout=30))
+        finished = server.call(run_episode(session, constant_policy([0, 0, 0, 0, 0, 0, 1])), timeout=60)
+        assert finished.kind == pb.EpisodeEvent.ENDED and not finished.robot_left
+        running = asyncio.run_coroutine_threadsafe(
+            run_episode(session, constant_policy([0, 0, 0, 0, 0, 0, 1])), server.loop
+        )
+        wait_until(lambda: agent.agent.control.stats.actions_executed >= finished.num_steps + 5, what="steps")
+        agent.stop()  # the robot goes away mid-episode
+        left = running.result(timeout=30)
+        assert left.robot_left and left.kind == pb.EpisodeEvent.ABORTED
+    finally:
+        agent.stop()
+        server.stop()

@@ -44,6 +44,6 @@ async def collect(session: RobotSession, config: ServeConfig, stop: asyncio.Even
             end = await run_episode(session, collect_policy(config, session.spec.action.dim, seed), seed=seed)
         except (RobotUnavailable, asyncio.TimeoutError):
             return
-        if end.reason == "robot disconnected":
+        if end.robot_left:
             return
         episode += 1

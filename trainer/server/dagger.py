@@ -24,9 +24,8 @@ import re
 import time
 from pathlib import Path
 
-from protos import robot_link_pb2 as pb
 from protos.lerobot_dataset import DatasetError
-from trainer.server.episode_runner import run_episode
+from trainer.server.episode_runner import EpisodeEnd, run_episode
 from trainer.server.session import RobotSession, RobotUnavailable
 
 log = logging.getLogger(__name__)
@@ -47,12 +46,10 @@ def saved_rounds(output_dir: Path) -> list[Path]:
     return sorted(rounds, key=lambda p: int(_ROUND.match(p.name).group(1)))
 
 
-async def collect_round(
-    sessions: list[RobotSession], driver, episodes: int, seed: int
-) -> list[pb.EpisodeEvent]:
+async def collect_round(sessions: list[RobotSession], driver, episodes: int, seed: int) -> list[EpisodeEnd]:
     """``episodes`` episodes on each robot at once; returns every end event."""
 
-    async def on_robot(index: int, session: RobotSession) -> list[pb.EpisodeEvent]:
+    async def on_robot(index: int, session: RobotSession) -> list[EpisodeEnd]:
         problem = driver.incompatibility(session)
         if problem:
             log.error("dagger: %s; not driving it", problem)
@@ -66,7 +63,7 @@ async def collect_round(
             except (RobotUnavailable, asyncio.TimeoutError):
                 break
             ends.append(end)
-            if end.reason == "robot disconnected":
+            if end.robot_left:
                 break
         return ends
 

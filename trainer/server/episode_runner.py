@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import inspect
 from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
 
 import numpy as np
 
@@ -16,23 +17,53 @@ from trainer.server.session import RobotSession, RobotUnavailable
 RemotePolicy = Callable[[pb.Observation], np.ndarray | Awaitable[np.ndarray]]
 
 
+@dataclass(frozen=True)
+class EpisodeEnd:
+    """How an episode ended: the agent's end event, and whether the robot's stream ended under it
+    (then ``event`` is an ``ABORTED`` made here, and the robot is gone)."""
+
+    event: pb.EpisodeEvent
+    robot_left: bool = False
+
+    @property
+    def kind(self) -> int:
+        return self.event.kind
+
+    @property
+    def episode_id(self) -> str:
+        return self.event.episode_id
+
+    @property
+    def num_steps(self) -> int:
+        return self.event.num_steps
+
+    @property
+    def success(self) -> bool:
+        return self.event.success
+
+    @property
+    def reason(self) -> str:
+        return self.event.reason
+
+
 async def run_episode(
     session: RobotSession, policy: RemotePolicy, seed: int = 0, step_timeout_s: float = 5.0
-) -> pb.EpisodeEvent:
-    """Run one episode to its end and return the end event (``ENDED`` or ``ABORTED``)."""
+) -> EpisodeEnd:
+    """Run one episode to its end and return how it ended (``ENDED`` or ``ABORTED``)."""
     session.send_command(pb.Command.START_EPISODE, seed=seed)
     episode_id = await _wait_event(session, pb.EpisodeEvent.STARTED, None, step_timeout_s + 30.0)
     answered_step, last_seq = -1, -1
     while True:
         end = _poll_end(session, episode_id)
         if end is not None:
-            return end
+            return EpisodeEnd(end)
         try:
             obs = await session.next_observation(last_seq, timeout=step_timeout_s)
         except RobotUnavailable:
-            return pb.EpisodeEvent(
+            aborted = pb.EpisodeEvent(
                 kind=pb.EpisodeEvent.ABORTED, episode_id=episode_id, reason="robot disconnected"
             )
+            return EpisodeEnd(aborted, robot_left=True)
         last_seq = obs.seq
         if obs.episode_id != episode_id:
             continue

@@ -43,7 +43,7 @@ class Evaluation:
                 return
             if end.kind == pb.EpisodeEvent.ABORTED:
                 record["aborted"] += 1
-                if end.reason == "robot disconnected":
+                if end.robot_left:
                     return
                 continue
             record["episodes"] += 1
