@@ -25,8 +25,11 @@ if [ -z "$FOUND" ]; then
 fi
 PYTHON312="$FOUND"
 echo "[lerobot-venv] creating $VENV with $("$PYTHON312" --version) and ${PINS[*]}"
-rm -rf "$VENV"
-"$PYTHON312" -m venv "$VENV"
-"$VENV/bin/python" -m pip install --disable-pip-version-check -q "${PINS[@]}" 2>&1 | grep -v "^WARNING: Location" || true
-"$VENV/bin/python" -c "import ledataset" # fails loudly if the install did not work
+# Built aside and moved into place only once it works: a half-built venv is never taken for a ready one.
+rm -rf "$VENV" "$VENV.partial"
+"$PYTHON312" -m venv "$VENV.partial"
+"$VENV.partial/bin/python" -m pip install --disable-pip-version-check -q "${PINS[@]}" 2>&1 | grep -v "^WARNING: Location" || true
+"$VENV.partial/bin/python" -c "import ledataset" # fails loudly if the install did not work
+mv "$VENV.partial" "$VENV"
+"$VENV/bin/python" -c "import ledataset"
 echo "[lerobot-venv] done: $VENV"
