@@ -39,7 +39,7 @@ def _rerun():
     try:
         import rerun as rr
     except ImportError:
-        raise DatasetError("rlinf-trainer view needs rerun: pip install '.[view]'") from None
+        raise DatasetError("showing episodes in rerun needs rerun-sdk: pip install '.[view]'") from None
     return rr
 
 
