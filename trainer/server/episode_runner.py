@@ -25,25 +25,11 @@ class EpisodeEnd:
     event: pb.EpisodeEvent
     robot_left: bool = False
 
-    @property
-    def kind(self) -> int:
-        return self.event.kind
-
-    @property
-    def episode_id(self) -> str:
-        return self.event.episode_id
-
-    @property
-    def num_steps(self) -> int:
-        return self.event.num_steps
-
-    @property
-    def success(self) -> bool:
-        return self.event.success
-
-    @property
-    def reason(self) -> str:
-        return self.event.reason
+    def __getattr__(self, name: str):
+        """The end event's fields (``kind``, ``episode_id``, ``num_steps``, ``success``, ``reason``)."""
+        if name == "event":  # not set yet (a copy or unpickling under way): no recursion
+            raise AttributeError(name)
+        return getattr(self.event, name)
 
 
 async def run_episode(
