@@ -29,7 +29,7 @@ from rounds import interleaved_rounds  # benchmarks/rounds.py, beside this scrip
 
 import sim_envs
 from policies import make_policy
-from trainer.algorithms.common import collect_on_policy, decisions_per_episode, policy_cameras
+from trainer.algorithms.common import collect_on_policy, decisions_per_episode
 from trainer.algorithms.ppo import PPO, PPOConfig
 from trainer.configs import load_config
 from trainer.distributed.config import ClusterConfig
@@ -60,7 +60,7 @@ def run_sequential(config, ppo_cfg, iterations: int, device: str = "cpu") -> dic
             start = time.perf_counter()  # iteration 0 is the warm-up
         tick, tick_cpu = time.perf_counter(), time.process_time()
         batch = collect_on_policy(venv, ppo.policy, i * 100, decisions_per_episode(venv, ppo.policy),
-                                  policy_cameras(ppo.policy))  # fmt: skip
+                                  ppo.policy.cameras)  # fmt: skip
         mid, mid_cpu = time.perf_counter(), time.process_time()
         ppo.update(batch)
         if device != "cpu":

@@ -155,3 +155,32 @@ class GaussianActorCritic(Policy):
     def update_normalizers(self, obs: dict[str, Any]) -> None:
         if self.cfg.normalize_state:
             self.encoder.state_norm.update(self._as_tensors(obs)["state"])
+
+    # -- what the algorithms use beyond act/evaluate ------------------------------------------------
+    @property
+    def cameras(self) -> list[str]:
+        return list(self.encoder.cameras)
+
+    @property
+    def has_value_head(self) -> bool:
+        return self.critic is not None
+
+    @property
+    def reparameterized(self) -> bool:  # type: ignore[override]
+        return self.cfg.head == "tanh_gaussian"
+
+    @property
+    def feature_encoder(self) -> ObservationEncoder:
+        return self.encoder
+
+    def actor_parameters(self) -> list[nn.Parameter]:
+        """Everything but the encoder (SAC trains the encoder through the critic)."""
+        return [p for n, p in self.named_parameters() if not n.startswith("encoder.")]
+
+    def imitation_loss(
+        self, obs: dict[str, Any], unit_targets: torch.Tensor, valid: torch.Tensor
+    ) -> torch.Tensor:
+        """Squared error of the squashed mean chunk against the targets, over the valid steps."""
+        predicted = self.squash(self.distribution(self.encoder(self._as_tensors(obs))).mean)
+        errors = (predicted.reshape(unit_targets.shape) - unit_targets).pow(2).mean(-1)
+        return (errors * valid).sum() / valid.sum().clamp(min=1.0)

@@ -8,16 +8,22 @@ returns action chunks ``[B, chunk, action_dim]`` in the env's units, within the 
 from __future__ import annotations
 
 import abc
+import json
+import shutil
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 import numpy as np
 import torch
+from safetensors.torch import save_file
 from torch import nn
 
 from protos import EnvSpec
-from protos.atomic_files import write_atomic
+from protos.atomic_files import commit_folder
+
+POLICY_FILE = "policy.json"
+WEIGHTS_FILE = "model.safetensors"
 
 
 @dataclass
@@ -48,6 +54,24 @@ class PolicyEvaluation:
     value: torch.Tensor | None  # [B]
 
 
+class ReparameterizedPolicy(Protocol):
+    """What SAC and RLPD use: features from an encoder (trained through the critic, copied for the
+    target), and reparameterised actions in [-1, 1] from those features."""
+
+    spec: EnvSpec
+    feature_encoder: nn.Module  # obs -> features; its ``out_dim`` is the critic's input size
+
+    def rsample(
+        self, obs: dict[str, Any] | None, features: torch.Tensor | None = None
+    ) -> tuple[torch.Tensor, torch.Tensor]: ...
+
+    def actor_parameters(self) -> list[nn.Parameter]: ...
+
+    def to_env_units(self, unit_actions: torch.Tensor) -> torch.Tensor: ...
+
+    def update_normalizers(self, obs: dict[str, Any]) -> None: ...
+
+
 def to_tensors(obs: dict[str, Any], device: torch.device | str = "cpu") -> dict[str, Any]:
     """Batched observation (numpy arrays or tensors) -> tensors on ``device`` (images stay uint8;
     the encoder scales them). Tensors already there are not copied."""
@@ -65,10 +89,17 @@ def _as_tensor(value: Any, device: torch.device | str, dtype: torch.dtype | None
 
 
 class Policy(nn.Module, abc.ABC):
-    """Base class: subclasses implement ``act``, ``evaluate`` and a config for save/load."""
+    """Base class: subclasses implement ``act``, ``evaluate`` and a config for save/load.
+
+    What the algorithms use, and nothing else: ``act`` / ``evaluate`` (PPO, GRPO), ``value`` and
+    ``has_value_head`` (PPO), ``imitation_loss`` (BC, SFT), ``cameras`` (which frames to keep) and,
+    for policies with ``reparameterized`` actions, the :class:`ReparameterizedPolicy` methods (SAC,
+    RLPD). A VLA or a world-model policy plugs in by implementing these.
+    """
 
     spec: EnvSpec
     chunk_size: int
+    reparameterized: bool = False  # True for policies that implement ReparameterizedPolicy
 
     @abc.abstractmethod
     def act(self, obs: dict[str, Any], mode: str = "sample") -> PolicyOutput: ...
@@ -82,16 +113,51 @@ class Policy(nn.Module, abc.ABC):
     def update_normalizers(self, obs: dict[str, Any]) -> None:
         """Fold a batch of observations into the running statistics (no-op by default)."""
 
+    @property
+    def cameras(self) -> list[str]:
+        """The cameras the policy looks at (the frames a rollout must keep)."""
+        return []
+
+    @property
+    def has_value_head(self) -> bool:
+        return False
+
+    def value(self, obs: dict[str, Any]) -> torch.Tensor:
+        """[B] state values, for policies with a value head."""
+        raise ValueError(f"{type(self).__name__} has no value head")
+
+    def imitation_loss(
+        self, obs: dict[str, Any], unit_targets: torch.Tensor, valid: torch.Tensor
+    ) -> torch.Tensor:
+        """Supervised loss toward recorded chunks ``unit_targets`` ([B, chunk, A] in [-1, 1]) over the
+        ``valid`` ([B, chunk]) steps: what behaviour cloning and SFT minimise."""
+        raise ValueError(f"{type(self).__name__} cannot be trained by imitation")
+
+    def to_env_units(self, unit_actions: torch.Tensor) -> torch.Tensor:
+        """[-1, 1] -> the spec's bounds."""
+        low = torch.as_tensor(self.spec.action.low_array(), device=unit_actions.device)
+        high = torch.as_tensor(self.spec.action.high_array(), device=unit_actions.device)
+        return low + (unit_actions + 1.0) * 0.5 * (high - low)
+
     def save(self, path: str | Path) -> None:
+        """Write the policy as a folder: ``policy.json`` (class, config, env spec) and
+        ``model.safetensors`` (weights, no pickle), plus whatever ``save_extras`` adds. The folder
+        appears whole or not at all."""
         path = Path(path)
         path.parent.mkdir(parents=True, exist_ok=True)
-        payload = {
-            "class": type(self).__name__,
-            "config": self.config_dict(),
-            "spec": self.spec.to_dict(),
-            "state_dict": {k: v.detach().cpu() for k, v in self.state_dict().items()},  # loads anywhere
-        }
-        write_atomic(path, lambda tmp: torch.save(payload, tmp))
+        staging = path.parent / f".{path.name}.tmp"
+        if staging.exists():
+            shutil.rmtree(staging)
+        staging.mkdir()
+        header = {"class": type(self).__name__, "config": self.config_dict(), "spec": self.spec.to_dict()}
+        (staging / POLICY_FILE).write_text(json.dumps(header, indent=2))
+        weights = {k: v.detach().cpu().contiguous() for k, v in self.state_dict().items()}
+        save_file(weights, str(staging / WEIGHTS_FILE))
+        self.save_extras(staging)
+        commit_folder(staging, path)
+
+    def save_extras(self, folder: Path) -> None:
+        """Files a policy needs besides its weights (a VLA's tokenizer and processor)."""
 
     def load_weights(self, state_dict: dict[str, torch.Tensor]) -> None:
         """Load weights, saying plainly which tensor does not fit (e.g. another env's state size)."""

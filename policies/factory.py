@@ -2,26 +2,52 @@
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 from typing import Any
 
-import torch
-
 from policies.actor_critic import GaussianActorCritic
-from policies.base import Policy
+from policies.base import POLICY_FILE, WEIGHTS_FILE, Policy
 from policies.config import PolicyConfig
 from protos import EnvSpec
 
 
-def make_policy(spec: EnvSpec, cfg: PolicyConfig | dict[str, Any]) -> Policy:
+def make_policy(spec: EnvSpec, cfg: PolicyConfig | dict[str, Any], saved: str | Path | None = None) -> Policy:
+    """The policy a config describes: ``policy.kind`` mlp / cnn (Gaussian actor-critic) or vla.
+
+    ``saved`` is a saved policy's folder: a VLA then rebuilds its model from the files there, not
+    from the backbone it was first made from."""
     if isinstance(cfg, dict):
-        cfg = PolicyConfig(**cfg)
+        cfg = PolicyConfig.from_dict(cfg)
+    if cfg.kind == "vla":
+        from policies.vla.policy import VLAPolicy  # transformers only where a VLA is asked for
+
+        return VLAPolicy(spec, cfg, saved=None if saved is None else Path(saved))
     return GaussianActorCritic(spec, cfg)
 
 
 def load_policy(path: str | Path, map_location: str = "cpu") -> Policy:
-    """Load a policy saved with ``Policy.save``: its config, env spec and weights."""
-    payload = torch.load(Path(path), map_location=map_location, weights_only=False)
+    """Load a policy saved with ``Policy.save`` (a folder), or a ``.pt`` file of older versions."""
+    path = Path(path)
+    if path.is_file():
+        return _load_legacy(path, map_location)
+    header_file = path / POLICY_FILE
+    if not header_file.is_file():
+        raise ValueError(f"{path} is not a saved policy (no {POLICY_FILE}; expected Policy.save's folder)")
+    header = json.loads(header_file.read_text())
+    policy = make_policy(EnvSpec.from_dict(header["spec"]), header["config"], saved=path)
+    if type(policy).__name__ != header["class"]:
+        raise ValueError(f"{path} holds a {header['class']}, its config builds a {type(policy).__name__}")
+    from safetensors.torch import load_file
+
+    policy.load_weights(load_file(str(path / WEIGHTS_FILE), device=map_location))
+    return policy
+
+
+def _load_legacy(path: Path, map_location: str) -> Policy:
+    import torch
+
+    payload = torch.load(path, map_location=map_location, weights_only=True)
     policy = make_policy(EnvSpec.from_dict(payload["spec"]), payload["config"])
     policy.load_weights(payload["state_dict"])
     return policy

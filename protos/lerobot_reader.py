@@ -36,6 +36,17 @@ def read_frames(root: str | Path):
     return frames.sort_values("index", kind="stable").reset_index(drop=True)
 
 
+def read_tasks(root: str | Path) -> dict[int, str]:
+    """``task_index -> task text`` (the instruction each frame was recorded under)."""
+    import pandas as pd
+
+    path = Path(root) / "meta" / "tasks.parquet"
+    if not path.is_file():
+        return {}
+    tasks = pd.read_parquet(path)
+    return {int(index): str(text) for text, index in zip(tasks.index, tasks["task_index"])}
+
+
 def read_episodes(root: str | Path):
     """One row per committed episode (``meta/episodes``), as a pandas DataFrame."""
     import pandas as pd

@@ -1,11 +1,11 @@
 #!/usr/bin/env bash
 # Install everything a fresh CPU machine needs into ./.venv (idempotent; quick when already done).
-#   bash scripts/setup.sh            # sim + train + robot + dev extras
+#   bash scripts/setup.sh            # sim + train + vla + robot + dev extras
 #   RLINF_EXTRAS=robot bash scripts/setup.sh   # e.g. a robot PC
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-EXTRAS="${RLINF_EXTRAS:-sim,train,robot,dev,bench,calibration,view}"
+EXTRAS="${RLINF_EXTRAS:-sim,train,vla,robot,dev,bench,calibration,view}"
 PYTHON="${PYTHON:-python3}"
 VENV=.venv
 

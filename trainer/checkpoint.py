@@ -15,12 +15,15 @@ from typing import Any
 
 import numpy as np
 import torch
+from safetensors.torch import load_file
 
 from policies import Policy
+from policies.base import WEIGHTS_FILE
 from protos.atomic_files import commit_folder
 from trainer.devices import to_cpu
 
 CHECKPOINT_DIR = "checkpoints"
+POLICY_DIR = "policy"  # Policy.save's folder inside a checkpoint
 
 
 @dataclass
@@ -49,7 +52,7 @@ def save_checkpoint(run_dir: Path, progress: Progress, policy: Policy, algorithm
     if tmp.exists():
         shutil.rmtree(tmp)
     tmp.mkdir(parents=True)
-    policy.save(tmp / "policy.pt")
+    policy.save(tmp / POLICY_DIR)
     state = {"algorithm": to_cpu(algorithm.state_dict()), "rng": rng_state()}  # loads on any machine
     torch.save(state, tmp / "trainer_state.pt")
     if hasattr(algorithm, "save_buffers"):
@@ -79,8 +82,7 @@ def prune_checkpoints(run_dir: Path, keep: int) -> None:
 
 
 def load_checkpoint(path: Path, policy: Policy, algorithm: Any) -> Progress:
-    payload = torch.load(path / "policy.pt", map_location="cpu", weights_only=False)
-    policy.load_weights(payload["state_dict"])
+    policy.load_weights(load_file(str(path / POLICY_DIR / WEIGHTS_FILE)))
     state = torch.load(path / "trainer_state.pt", map_location="cpu", weights_only=False)
     algorithm.load_state_dict(state["algorithm"])
     if hasattr(algorithm, "load_buffers"):

@@ -33,15 +33,15 @@ def initial_policy(tmp_path: Path, **policy: object) -> Path:
     torch.manual_seed(0)
     policy = make_policy(driver.spec, {"hidden_sizes": [32], "value_head": False, **policy})
     driver.close()
-    policy.save(tmp_path / "start.pt")
-    return tmp_path / "start.pt"
+    policy.save(tmp_path / "start")
+    return tmp_path / "start"
 
 
 def config_for(tmp_path: Path, *overrides: str):
     return load_serve_config(None, [
         "server.mode=dagger", "server.insecure=true", "server.host=127.0.0.1", "server.port=0",
         f"data.record_dir={tmp_path / 'ds'}", f"log_dir={tmp_path / 'serve'}",
-        f"dagger.policy_path={tmp_path / 'start.pt'}", "dagger.episodes_per_round=2",
+        f"dagger.policy_path={tmp_path / 'start'}", "dagger.episodes_per_round=2",
         "dagger.updates_per_round=50", "dagger.batch_size=32", *overrides,
     ])  # fmt: skip
 
@@ -90,12 +90,12 @@ def test_hg_dagger_rounds_learn_from_interventions_and_resume(tmp_path):
     assert 0 < rows[0]["intervention_rate"] <= 1
     # Each round's fit changed the policy, and each round is saved.
     out = tmp_path / "serve" / "dagger"
-    w0, w1, w2 = weights(start), weights(out / "round_000/policy.pt"), weights(out / "round_001/policy.pt")
+    w0, w1, w2 = weights(start), weights(out / "round_000/policy"), weights(out / "round_001/policy")
     assert not torch.equal(w0, w1) and not torch.equal(w1, w2)
-    fitted = load_policy(out / "round_000/policy.pt")
+    fitted = load_policy(out / "round_000/policy")
     assert fitted.chunk_size == 2 and not torch.equal(  # the camera's encoder was trained on the decoded mp4
         weights(start, "encoder.image_encoders"),
-        weights(out / "round_000/policy.pt", "encoder.image_encoders"),
+        weights(out / "round_000/policy", "encoder.image_encoders"),
     )
     logged = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
     assert [r["round"] for r in logged] == [0, 1]

@@ -284,7 +284,7 @@ def test_eval_mode_runs_a_saved_policy_and_reports_success_statistics(tmp_path):
         driver.spec, PolicyConfig(kind="cnn", cameras=["front"], hidden_sizes=[32], cnn_channels=[8])
     )
     driver.close()
-    path = tmp_path / "policy.pt"
+    path = tmp_path / "policy"
     policy.save(path)
     served = ServeThread(
         tmp_path, "server.mode=eval", f"eval.policy_path={path}", "eval.episodes_per_robot=3"

@@ -66,8 +66,8 @@ def test_normalizer_tracks_statistics_and_is_saved(env, tmp_path):
     policy.update_normalizers(obs)
     mean = policy.encoder.state_norm.mean.numpy()
     np.testing.assert_allclose(mean, obs["state"].mean(0), rtol=1e-3, atol=1e-3)
-    policy.save(tmp_path / "p.pt")
-    loaded = load_policy(tmp_path / "p.pt")
+    policy.save(tmp_path / "policy")
+    loaded = load_policy(tmp_path / "policy")
     np.testing.assert_allclose(loaded.encoder.state_norm.mean.numpy(), mean)
     torch.testing.assert_close(loaded.act(obs, "greedy").actions, policy.act(obs, "greedy").actions)
 
@@ -85,3 +85,35 @@ def test_bad_policy_configs():
     env = sim_envs.make("rlinf/FrankaReach-v0", cameras=())
     with pytest.raises(ValueError, match="policy camera 'front' is not in the env's cameras"):
         make_policy(env.env_spec, PolicyConfig(kind="cnn", cameras=["front"]))
+
+
+def test_a_saved_policy_is_a_folder_of_json_and_safetensors(env, tmp_path):
+    policy = make_policy(env.env_spec, PolicyConfig(hidden_sizes=[16]))
+    policy.save(tmp_path / "policy")
+    assert sorted(p.name for p in (tmp_path / "policy").iterdir()) == ["model.safetensors", "policy.json"]
+    assert not list(tmp_path.glob(".*.tmp"))  # the staging folder was moved into place
+    obs = batch(env)
+    torch.testing.assert_close(
+        load_policy(tmp_path / "policy").act(obs, "greedy").actions, policy.act(obs, "greedy").actions
+    )
+
+
+def test_a_single_file_policy_of_older_versions_still_loads(env, tmp_path):
+    policy = make_policy(env.env_spec, PolicyConfig(hidden_sizes=[16]))
+    payload = {
+        "class": "GaussianActorCritic",
+        "config": policy.config_dict() | {"vla": None},
+        "spec": env.env_spec.to_dict(),
+        "state_dict": policy.state_dict(),
+    }
+    payload["config"].pop("vla")
+    torch.save(payload, tmp_path / "old.pt")
+    obs = batch(env)
+    torch.testing.assert_close(
+        load_policy(tmp_path / "old.pt").act(obs, "greedy").actions, policy.act(obs, "greedy").actions
+    )
+
+
+def test_loading_what_is_not_a_saved_policy_says_so(tmp_path):
+    with pytest.raises(ValueError, match="is not a saved policy"):
+        load_policy(tmp_path)

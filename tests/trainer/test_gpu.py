@@ -16,7 +16,7 @@ import ray
 import torch
 
 import sim_envs
-from policies import PolicyConfig, make_policy
+from policies import PolicyConfig, load_policy, make_policy
 from trainer.configs import load_config
 from trainer.configs.loader import algorithm_config
 from trainer.distributed.session import build_distributed
@@ -50,8 +50,8 @@ def test_ppo_trains_in_process_on_the_gpu_and_its_checkpoint_loads_on_a_cpu(tmp_
     rows = metrics(out)
     assert rows[-1]["env_steps"] == 80 and np.isfinite(rows[-1]["train/policy_loss"])
     assert "eval/return_mean" in rows[-1]  # greedy evaluation ran with the policy on the GPU
-    payload = torch.load(out / "checkpoints" / "step_80" / "policy.pt", weights_only=False)
-    assert all(t.device.type == "cpu" for t in payload["state_dict"].values())
+    loaded = load_policy(out / "checkpoints" / "step_80" / "policy")  # on this CPU
+    assert all(t.device.type == "cpu" for t in loaded.state_dict().values())
 
 
 def test_image_sac_updates_on_the_gpu(tmp_path):

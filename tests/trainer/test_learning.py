@@ -39,7 +39,7 @@ def train_and_evaluate(tmp_path, preset: str, overrides: list[str]) -> tuple[dic
         preset, [f"run.output_dir={tmp_path}", "run.eval_every=0", "run.checkpoint_every=1000", *overrides]
     )
     Runner(config).run()
-    policy = load_policy(latest_checkpoint(tmp_path) / "policy.pt")
+    policy = load_policy(latest_checkpoint(tmp_path) / "policy")
     kwargs = dict(config.env.kwargs)
     stats = evaluate_policy(policy, config.env.id, kwargs, episodes=8, seed=EVAL_SEED)
     return stats, random_baseline(config.env.id, kwargs)

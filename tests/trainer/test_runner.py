@@ -46,7 +46,7 @@ def test_a_short_run_writes_metrics_tensorboard_checkpoints_and_video(tmp_path):
     assert "eval/success_rate" in rows[1] and "eval/success_rate" not in rows[0]
     assert list((tmp_path / "tensorboard").glob("events.out.tfevents.*"))
     assert latest_checkpoint(tmp_path).name == "step_800"
-    assert (tmp_path / "checkpoints" / "step_800" / "policy.pt").exists()
+    assert (tmp_path / "checkpoints" / "step_800" / "policy").exists()
     assert sorted(p.name for p in (tmp_path / "checkpoints").iterdir()) == ["step_600", "step_800"]
     assert (tmp_path / "videos" / "step_400.gif").stat().st_size > 1000
     assert (tmp_path / "config.yaml").exists()

@@ -37,16 +37,13 @@ class BCConfig:
 
 def policy_demonstrations(policy: Policy, root: str, action_key: str, selection: str) -> Demonstrations:
     """A dataset's frames as ``policy`` needs them: its chunk size and its cameras."""
-    cameras = policy.encoder.cameras if hasattr(policy, "encoder") else []
-    return load_demonstrations(root, action_key, selection, policy.chunk_size, cameras)
+    return load_demonstrations(root, action_key, selection, policy.chunk_size, policy.cameras)
 
 
 class Regression:
-    """The regression itself: a policy's squashed mean action chunk onto recorded chunks."""
+    """The regression itself: a policy's ``imitation_loss`` toward recorded chunks."""
 
     def __init__(self, policy: Policy, learning_rate: float, batch_size: int, image_shift: int = 4) -> None:
-        if not hasattr(policy, "squash"):
-            raise ValueError(f"bc trains the Gaussian MLP/CNN policies, not {type(policy).__name__}")
         self.policy, self.batch_size, self.image_shift = policy, batch_size, image_shift
         self.optimizer = torch.optim.Adam(policy.parameters(), lr=learning_rate)
 
@@ -62,7 +59,7 @@ class Regression:
             )
         if demos.actions.shape[1] != chunk:
             raise DatasetError(f"the targets are {demos.actions.shape[1]}-step chunks, the policy's {chunk}")
-        for camera in self.policy.encoder.cameras:
+        for camera in self.policy.cameras:
             want, have = tuple(spec.camera(camera).shape), demos.images[camera].shape[1:]
             if have != want:
                 raise DatasetError(
@@ -73,7 +70,11 @@ class Regression:
         self.images = {c: torch.as_tensor(v, device=device) for c, v in demos.images.items()}
         self.targets = torch.as_tensor(spec.action.to_unit(demos.actions), device=device)
         self.valid = torch.as_tensor(demos.action_valid, dtype=torch.float32, device=device)
+        self.instruction_texts = list(demos.instructions) or [""] * len(demos)
         self.policy.update_normalizers({"state": self.states})
+
+    def instructions(self, idx: torch.Tensor) -> list[str]:
+        return [self.instruction_texts[i] for i in idx.tolist()]
 
     def fit(self, updates: int) -> float:
         """``updates`` Adam steps on random minibatches; returns the mean loss."""
@@ -82,11 +83,8 @@ class Regression:
         for _ in range(updates):
             idx = torch.randint(0, len(self.states), (self.batch_size,)).to(self.states.device)
             images = {c: random_shift(v[idx], self.image_shift) for c, v in self.images.items()}
-            features = self.policy.encoder({"state": self.states[idx], "images": images})
-            predicted = self.policy.squash(self.policy.distribution(features).mean)
-            errors = (predicted.reshape(self.targets[idx].shape) - self.targets[idx]).pow(2).mean(-1)
-            valid = self.valid[idx]
-            loss = (errors * valid).sum() / valid.sum().clamp(min=1.0)
+            obs = {"state": self.states[idx], "images": images, "instruction": self.instructions(idx)}
+            loss = self.policy.imitation_loss(obs, self.targets[idx], self.valid[idx])
             self.optimizer.zero_grad()
             loss.backward()
             self.optimizer.step()

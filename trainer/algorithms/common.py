@@ -84,7 +84,7 @@ def bootstrap_values(policy: Policy, result: ChunkResult) -> torch.Tensor:
     """[N]: V(final obs) for envs whose episode was truncated (not terminated) in ``result``, else 0."""
     boot = torch.zeros(len(result.final_obs))
     truncated = [i for i in range(len(boot)) if result.truncated[i].any() and not result.terminated[i].any()]
-    if truncated and getattr(policy, "critic", None) is not None:
+    if truncated and policy.has_value_head:
         final = stack_obs([result.final_obs[i] for i in truncated])
         with torch.no_grad():
             boot[truncated] = policy.value(final).cpu()
@@ -244,10 +244,6 @@ class IterationResult:
 def decisions_per_episode(venv: VectorEnv, policy: Policy) -> int:
     """Decisions needed to play one full episode with the policy's action chunks."""
     return -(-venv.spec.max_episode_steps // policy.chunk_size)
-
-
-def policy_cameras(policy: Policy) -> list[str]:
-    return list(policy.cfg.cameras) if policy.cfg.kind == "cnn" else []
 
 
 def random_shift(images: torch.Tensor, pad: int, generator: torch.Generator | None = None) -> torch.Tensor:

@@ -14,7 +14,7 @@ from pathlib import Path
 import numpy as np
 
 from protos.lerobot_dataset import DatasetError
-from protos.lerobot_reader import read_camera, read_frames
+from protos.lerobot_reader import read_camera, read_frames, read_tasks
 
 SELECTIONS = ("all", "interventions", "labelled")
 
@@ -27,6 +27,7 @@ class Demonstrations:
     actions: np.ndarray  # float32 [N, chunk, A]
     action_valid: np.ndarray  # bool [N, chunk]: False past the episode's end or outside the selection
     images: dict[str, np.ndarray] = field(default_factory=dict)  # camera -> uint8 [N, H, W, 3]
+    instructions: list[str] = field(default_factory=list)  # the task text of each frame ("" if none)
 
     def __len__(self) -> int:
         return len(self.states)
@@ -41,6 +42,7 @@ class Demonstrations:
             actions=np.concatenate([p.actions for p in parts]),
             action_valid=np.concatenate([p.action_valid for p in parts]),
             images={c: np.concatenate([p.images[c] for p in parts]) for c in parts[0].images},
+            instructions=[text for p in parts for text in p.instructions],
         )
 
 
@@ -94,11 +96,14 @@ def load_demonstrations(
             if keep.any()
             else np.zeros((0, 1, 1, 3), np.uint8)
         )
+    tasks = read_tasks(root)
+    task_indices = frames["task_index"].to_numpy()[keep] if "task_index" in frames.columns else []
     return Demonstrations(
         states=np.stack(frames["observation.state"].to_numpy()).astype(np.float32)[keep],
         actions=targets[keep],
         action_valid=valid[keep],
         images=images,
+        instructions=[tasks.get(int(i), "") for i in task_indices] or [""] * int(keep.sum()),
     )
 
 

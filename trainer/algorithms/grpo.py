@@ -23,7 +23,6 @@ from trainer.algorithms.common import (
     clipped_surrogate_loss,
     collect_on_policy,
     decisions_per_episode,
-    policy_cameras,
     select_obs,
 )
 from trainer.devices import module_device
@@ -64,7 +63,7 @@ class GRPO:
         tick = time.perf_counter()
         seeds = self.reset_seeds(self.cfg, seed, venv.num_envs)
         steps = decisions_per_episode(venv, self.policy)
-        batch = collect_on_policy(venv, self.policy, seed, steps, policy_cameras(self.policy), seeds=seeds)
+        batch = collect_on_policy(venv, self.policy, seed, steps, self.policy.cameras, seeds=seeds)
         collect_s = time.perf_counter() - tick
         metrics = self.update(batch)
         metrics.update(collect_s=collect_s, policy_lag=0.0)

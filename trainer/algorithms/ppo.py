@@ -24,7 +24,6 @@ from trainer.algorithms.common import (
     collect_on_policy,
     decisions_per_episode,
     generalized_advantages,
-    policy_cameras,
     select_obs,
     weighted_mean,
 )
@@ -52,7 +51,7 @@ class PPO:
     config_class = PPOConfig
 
     def __init__(self, policy: Policy, cfg: PPOConfig) -> None:
-        if not policy.cfg.value_head:
+        if not policy.has_value_head:
             raise ValueError("PPO needs a value head (policy.value_head=true)")
         self.policy, self.cfg = policy, cfg
         self.optimizer = torch.optim.Adam(policy.parameters(), lr=cfg.learning_rate, eps=1e-5)
@@ -61,7 +60,7 @@ class PPO:
         """Collect one episode per env from seeded resets, then update."""
         tick = time.perf_counter()
         batch = collect_on_policy(
-            venv, self.policy, seed, decisions_per_episode(venv, self.policy), policy_cameras(self.policy)
+            venv, self.policy, seed, decisions_per_episode(venv, self.policy), self.policy.cameras
         )
         collect_s = time.perf_counter() - tick
         metrics = self.update(batch)

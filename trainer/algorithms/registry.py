@@ -1,4 +1,4 @@
-"""Algorithm names -> classes. Each class has ``config_class``, ``iterate``, ``state_dict``.
+"""Algorithm names -> classes, each an :class:`~trainer.algorithms.base.Algorithm`.
 
 An unknown name is a ``KeyError`` naming the known ones; a module that fails to import raises its own
 ``ImportError`` (it is never taken for an absent algorithm).
@@ -7,6 +7,10 @@ An unknown name is a ``KeyError`` naming the known ones; a module that fails to 
 from __future__ import annotations
 
 import importlib
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from trainer.algorithms.base import Algorithm
 
 ALGORITHMS = {
     "ppo": ("trainer.algorithms.ppo", "PPO"),
@@ -17,7 +21,7 @@ ALGORITHMS = {
 }
 
 
-def algorithm_class(name: str) -> type:
+def algorithm_class(name: str) -> type[Algorithm]:
     if name not in ALGORITHMS:
         raise KeyError(f"unknown algorithm {name!r}; known: {sorted(ALGORITHMS)}")
     module, attribute = ALGORITHMS[name]

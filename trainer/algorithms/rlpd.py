@@ -12,7 +12,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from policies import Policy
+from policies.base import ReparameterizedPolicy
 from protos.batch import VectorEnv
 from sim_envs.scripted import scripted_policy
 from sim_envs.vector import SimVectorEnv
@@ -39,7 +39,7 @@ class RLPD(SAC):
 
     config_class = RLPDConfig
 
-    def __init__(self, policy: Policy, cfg: RLPDConfig) -> None:
+    def __init__(self, policy: ReparameterizedPolicy, cfg: RLPDConfig) -> None:
         super().__init__(policy, cfg)
         self.demos = ReplayBuffer(policy.spec, cfg.demo_capacity, self.cameras)
         self.interventions = 0  # human-driven robot steps added to the demos

@@ -15,9 +15,9 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from policies import Policy
+from policies.base import ReparameterizedPolicy
 from protos.batch import VectorEnv
-from trainer.algorithms.common import IterationResult, decisions_per_episode, policy_cameras, random_shift
+from trainer.algorithms.common import IterationResult, decisions_per_episode, random_shift
 from trainer.algorithms.critics import QEnsemble
 from trainer.algorithms.replay import ReplayBuffer
 from trainer.devices import module_device, tree_to
@@ -52,10 +52,11 @@ class SAC:
 
     config_class = SACConfig
 
-    def __init__(self, policy: Policy, cfg: SACConfig) -> None:
-        if policy.cfg.head != "tanh_gaussian":
+    def __init__(self, policy: ReparameterizedPolicy, cfg: SACConfig) -> None:
+        if not policy.reparameterized:
             raise ValueError(
-                f"{type(self).__name__} needs policy.head=tanh_gaussian, got {policy.cfg.head!r}"
+                f"{type(self).__name__} needs a policy with reparameterised actions "
+                f"(policy.head=tanh_gaussian); {type(policy).__name__} here has none"
             )
         if policy.chunk_size != 1:
             raise ValueError(f"{type(self).__name__} needs policy.chunk_size=1, got {policy.chunk_size}")
@@ -64,23 +65,22 @@ class SAC:
                 f"algo.critic_subset ({cfg.critic_subset}) exceeds algo.num_critics ({cfg.num_critics})"
             )
         self.policy, self.cfg = policy, cfg
-        self.cameras = policy_cameras(policy)
+        self.cameras = policy.cameras
         action_dim = policy.spec.action.dim
-        feature_dim = policy.encoder.out_dim
+        feature_dim = policy.feature_encoder.out_dim
         self.device = module_device(policy)  # critics, temperature and sampled batches live there too
         self.critic = QEnsemble(
             feature_dim + action_dim, cfg.critic_hidden, cfg.num_critics, cfg.critic_layer_norm
         ).to(self.device)
         self.target_critic = copy.deepcopy(self.critic).requires_grad_(False)
-        self.target_encoder = copy.deepcopy(policy.encoder).requires_grad_(False)
+        self.target_encoder = copy.deepcopy(policy.feature_encoder).requires_grad_(False)
         self.log_alpha = torch.tensor(
             float(np.log(cfg.init_temperature)), device=self.device, requires_grad=True
         )
         self.target_entropy = -cfg.target_entropy_scale * action_dim
-        actor_params = [p for n, p in policy.named_parameters() if not n.startswith("encoder.")]
-        self.actor_optimizer = torch.optim.Adam(actor_params, lr=cfg.actor_learning_rate)
+        self.actor_optimizer = torch.optim.Adam(policy.actor_parameters(), lr=cfg.actor_learning_rate)
         self.critic_optimizer = torch.optim.Adam(
-            [*self.critic.parameters(), *policy.encoder.parameters()], lr=cfg.critic_learning_rate
+            [*self.critic.parameters(), *policy.feature_encoder.parameters()], lr=cfg.critic_learning_rate
         )
         self.alpha_optimizer = torch.optim.Adam([self.log_alpha], lr=cfg.actor_learning_rate)
         self.buffer = ReplayBuffer(policy.spec, cfg.buffer_capacity, self.cameras)
@@ -168,14 +168,14 @@ class SAC:
         alpha = self.log_alpha.exp().detach()
 
         with torch.no_grad():
-            next_features = policy.encoder(next_obs)
+            next_features = policy.feature_encoder(next_obs)
             next_actions, next_log_prob = policy.rsample(None, features=next_features)
             target_q = self.target_critic(self.target_encoder(next_obs), next_actions)
             subset = torch.randperm(cfg.num_critics)[: cfg.critic_subset].to(self.device)
             next_value = target_q[subset].min(0).values - alpha * next_log_prob
             target = batch["reward"] + cfg.gamma * (1.0 - batch["terminated"]) * next_value
 
-        features = policy.encoder(obs)
+        features = policy.feature_encoder(obs)
         q = self.critic(features, batch["action"])
         critic_loss = 0.5 * ((q - target.unsqueeze(0)) ** 2).mean(1).sum()
         self.critic_optimizer.zero_grad()
@@ -207,7 +207,10 @@ class SAC:
     @torch.no_grad()
     def _soft_update(self) -> None:
         tau = self.cfg.tau
-        for target, source in ((self.target_critic, self.critic), (self.target_encoder, self.policy.encoder)):
+        for target, source in (
+            (self.target_critic, self.critic),
+            (self.target_encoder, self.policy.feature_encoder),
+        ):
             for t, s in zip(target.parameters(), source.parameters()):
                 t.lerp_(s, tau)
             for t, s in zip(target.buffers(), source.buffers()):

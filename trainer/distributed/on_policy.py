@@ -26,7 +26,7 @@ import time
 import ray
 from ray.exceptions import RayActorError, RayTaskError
 
-from trainer.algorithms.common import IterationResult, TrajectoryBuilder, concat_batches, policy_cameras
+from trainer.algorithms.common import IterationResult, TrajectoryBuilder, concat_batches
 from trainer.distributed.placement import PlacementPlan
 from trainer.distributed.worker_group import WorkerGroup
 from trainer.distributed.workers import ActorWorker
@@ -50,7 +50,7 @@ class RayOnPolicy(WorkerGroup):
         if self._reset_seeds is not None:
             self._reset_seeds(algo_config, 0, train_config.env.num_envs)
         super().__init__(plan, train_config, policy)
-        self.cameras = policy_cameras(policy)
+        self.cameras = policy.cameras
         self._start_learner(ActorWorker, train_config, algo_config)
         if plan.offload:
             ray.get(self.actor.offload.remote())  # collection goes first

@@ -56,7 +56,7 @@ class WorkerGroup:
             ray.get(self.group.ready(), timeout=60)
         except ray.exceptions.GetTimeoutError:
             raise RuntimeError(f"Ray could not reserve the bundles {plan.bundles} within 60 s") from None
-        self._spec, self._policy_cfg = policy.spec.to_dict(), asdict(policy.cfg)
+        self._spec, self._policy_cfg = policy.spec.to_dict(), policy.config_dict()
         self._env_args = (env_cfg.id, self.envs_per_stage, dict(env_cfg.kwargs))
         # Env and rollout workers hold no learned state: Ray restarts a dead one and the loop retries.
         self._env_class = ray.remote(max_restarts=-1, max_task_retries=0)(EnvWorker)

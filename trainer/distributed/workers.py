@@ -64,11 +64,11 @@ class Decision:
 
 def build_algorithm(spec: dict, policy_config: dict, algorithm: str, algo_config: dict, seed: int, device):
     """A learning worker's algorithm: a fresh policy from ``seed`` on ``device``, and its optimisers."""
-    from policies import PolicyConfig, make_policy
+    from policies import make_policy
     from trainer.algorithms.registry import algorithm_class
 
     torch.manual_seed(seed)
-    policy = make_policy(EnvSpec.from_dict(spec), PolicyConfig(**policy_config)).to(device)
+    policy = make_policy(EnvSpec.from_dict(spec), policy_config).to(device)
     cls = algorithm_class(algorithm)
     return cls(policy, cls.config_class(**algo_config))
 
@@ -149,11 +149,11 @@ class RolloutWorker(Worker):
     """Policy inference for every stage; weights arrive from the actor with a version number."""
 
     def __init__(self, spec: dict, policy_config: dict, cpus: float = 1.0, cores=None) -> None:
-        from policies import PolicyConfig, make_policy
+        from policies import make_policy
 
         settle_threads(cpus, cores, threads=1)  # small inference batches: more threads only contend
         self.device = worker_device()
-        self.policy = make_policy(EnvSpec.from_dict(spec), PolicyConfig(**policy_config))
+        self.policy = make_policy(EnvSpec.from_dict(spec), policy_config)
         self.policy.eval().to(self.device)
         self.version = 0
         self.clock = Stopwatch()

@@ -90,7 +90,7 @@ class DaggerSection:
     """``dagger`` mode: rounds of robot episodes under the policy, with a human (or expert) helping,
     each followed by a behaviour-cloning fit on everything recorded so far (see trainer/server/dagger.py)."""
 
-    policy_path: str = ""  # the starting policy (a Policy.save file, e.g. a checkpoint's policy.pt)
+    policy_path: str = ""  # the starting policy (a Policy.save folder, e.g. a checkpoint's policy/)
     rounds: int = 5
     episodes_per_round: int = 4  # per robot
     min_robots: int = 1
@@ -141,9 +141,9 @@ def load_serve_config(path: str | None, overrides: list[str] | None = None) -> S
             )
         if min(config.train.sim_weight, config.train.robot_weight) < 0:
             raise ConfigError("train.sim_weight and train.robot_weight must be >= 0")
-    if config.server.mode == "eval" and not Path(config.eval.policy_path).is_file():
+    if config.server.mode == "eval" and not is_saved_policy(config.eval.policy_path):
         raise ConfigError(
-            f"server.mode=eval needs eval.policy_path, a saved policy file; got {config.eval.policy_path!r}"
+            f"server.mode=eval needs eval.policy_path, a saved policy (Policy.save's folder); got {config.eval.policy_path!r}"
         )
     if config.server.mode == "dagger":
         check_dagger(config)
@@ -154,14 +154,19 @@ def load_serve_config(path: str | None, overrides: list[str] | None = None) -> S
     return config
 
 
+def is_saved_policy(path: str) -> bool:
+    """A ``Policy.save`` folder (or an older single-file policy)."""
+    return bool(path) and ((Path(path) / "policy.json").is_file() or Path(path).is_file())
+
+
 def check_dagger(config: ServeConfig) -> None:
     dagger = config.dagger
     output_dir = Path(dagger.output_dir or Path(config.log_dir) / "dagger")
-    resumable = any(output_dir.glob("round_*/policy.pt"))
-    if not resumable and not Path(dagger.policy_path).is_file():
+    resumable = any(output_dir.glob("round_*/policy/policy.json"))
+    if not resumable and not is_saved_policy(dagger.policy_path):
         raise ConfigError(
-            f"server.mode=dagger needs dagger.policy_path, a saved policy file (e.g. a BC run's "
-            f"checkpoints/step_N/policy.pt); got {dagger.policy_path!r}"
+            f"server.mode=dagger needs dagger.policy_path, a saved policy (e.g. a BC run's "
+            f"checkpoints/step_N/policy); got {dagger.policy_path!r}"
         )
     if dagger.rounds < 1 or dagger.episodes_per_round < 1 or dagger.updates_per_round < 1:
         raise ConfigError(

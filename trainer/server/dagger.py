@@ -8,7 +8,7 @@ Each round:
 2. the aggregated dataset (every round so far, plus ``dagger.datasets``) is read back, and the
    policy is fitted to the human's actions: the intervened frames only (HG-DAgger,
    ``only_interventions``), or every labelled frame (DAgger);
-3. the new policy is saved as ``<output_dir>/round_<r>/policy.pt`` and a row goes to
+3. the new policy is saved as ``<output_dir>/round_<r>/policy/`` and a row goes to
    ``<output_dir>/metrics.jsonl``: episodes, steps, the intervention rate, success with and
    without help, the fit's loss.
 
@@ -42,7 +42,9 @@ def saved_rounds(output_dir: Path) -> list[Path]:
     """``round_<r>`` folders that hold a policy, oldest first."""
     if not output_dir.is_dir():
         return []
-    rounds = [p for p in output_dir.iterdir() if _ROUND.match(p.name) and (p / "policy.pt").is_file()]
+    rounds = [
+        p for p in output_dir.iterdir() if _ROUND.match(p.name) and (p / "policy" / "policy.json").is_file()
+    ]
     return sorted(rounds, key=lambda p: int(_ROUND.match(p.name).group(1)))
 
 
@@ -111,7 +113,7 @@ class DaggerLoop:
         self.link, self.loop, self.sink = link, loop, sink
         self.output_dir = Path(self.section.output_dir or Path(config.log_dir) / "dagger")
         saved = saved_rounds(self.output_dir)
-        start = saved[-1] / "policy.pt" if saved else Path(self.section.policy_path)
+        start = saved[-1] / "policy" if saved else Path(self.section.policy_path)
         self.first_round = int(_ROUND.match(saved[-1].name).group(1)) + 1 if saved else 0
         if saved:
             log.info("dagger: continuing after %s", saved[-1])
@@ -193,6 +195,6 @@ class DaggerLoop:
             log.warning("dagger: %d episode(s) of this round never reached the dataset", len(missing))
 
     def _save(self, round_index: int) -> Path:
-        path = self.output_dir / f"round_{round_index:03d}" / "policy.pt"
+        path = self.output_dir / f"round_{round_index:03d}" / "policy"
         self.policy.save(path)  # atomic: a killed run never leaves half a policy
         return path
