@@ -17,7 +17,7 @@ from protos.batch import ChunkResult, EpisodeSummary, VectorEnv, stack_obs
 class OnPolicyBatch:
     """Decisions from N envs over T steps. Arrays are [T, N, ...]; ``obs`` holds numpy arrays."""
 
-    obs: dict[str, Any]  # {"state": [T, N, D], "images": {cam: [T, N, H, W, 3]}}
+    obs: dict[str, Any]  # {"state": [T, N, D], "images": {cam: [T, N, H, W, 3]}, "instruction": [T][N]}
     samples: torch.Tensor  # [T, N, chunk, A]
     log_probs: torch.Tensor  # [T, N]
     values: torch.Tensor  # [T, N] (zeros without a value head)
@@ -33,10 +33,11 @@ class OnPolicyBatch:
     finished: list[EpisodeSummary] = field(default_factory=list)
 
     def flat_obs(self) -> dict[str, Any]:
-        """[T, N, ...] -> [T*N, ...] tensors for minibatching."""
+        """[T, N, ...] -> [T*N, ...] tensors (and a list of T*N instructions) for minibatching."""
         return {
             "state": torch.as_tensor(self.obs["state"]).flatten(0, 1),
             "images": {k: torch.as_tensor(v).flatten(0, 1) for k, v in self.obs["images"].items()},
+            "instruction": [text for row in self.obs.get("instruction", []) for text in row],
         }
 
     def to(self, device: torch.device) -> OnPolicyBatch:
@@ -46,6 +47,7 @@ class OnPolicyBatch:
         obs = {
             "state": torch.as_tensor(self.obs["state"], device=device),
             "images": {k: torch.as_tensor(v, device=device) for k, v in self.obs["images"].items()},
+            "instruction": self.obs.get("instruction", []),
         }
         tensors = ("samples", "log_probs", "values", "rewards", "dones", "terminated", "bootstrap_values")
         return replace(
@@ -54,8 +56,14 @@ class OnPolicyBatch:
 
 
 def select_obs(obs: dict[str, Any], idx: torch.Tensor) -> dict[str, Any]:
-    """Rows ``idx`` of a flat observation batch (state and every camera)."""
-    return {"state": obs["state"][idx], "images": {k: v[idx] for k, v in obs["images"].items()}}
+    """Rows ``idx`` of a flat observation batch (state, every camera, and the instructions)."""
+    texts = obs.get("instruction") or []
+    rows = torch.arange(len(obs["state"]))[idx.cpu()].tolist() if texts else []
+    return {
+        "state": obs["state"][idx],
+        "images": {k: v[idx] for k, v in obs["images"].items()},
+        "instruction": [texts[i] for i in rows],
+    }
 
 
 def weighted_mean(values: torch.Tensor, weights: torch.Tensor | None) -> torch.Tensor:
@@ -77,6 +85,7 @@ def _stack_obs(observations: list[dict[str, Any]]) -> dict[str, Any]:
     return {
         "state": np.stack([o["state"] for o in observations]),
         "images": {k: np.stack([o["images"][k] for o in observations]) for k in observations[0]["images"]},
+        "instruction": [list(o.get("instruction") or []) for o in observations],
     }
 
 
@@ -112,7 +121,13 @@ class TrajectoryBuilder:
 
     def add(self, obs: dict[str, Any], out, result: ChunkResult, bootstrap: torch.Tensor) -> None:
         out = out.cpu()  # the batch is assembled on the CPU, whatever device acted
-        self.stored.append({"state": obs["state"], "images": {c: obs["images"][c] for c in self.cameras}})
+        self.stored.append(
+            {
+                "state": obs["state"],
+                "images": {c: obs["images"][c] for c in self.cameras},
+                "instruction": obs.get("instruction"),
+            }
+        )
         self.samples.append(out.samples)
         self.log_probs.append(out.log_prob)
         self.values.append(out.value if out.value is not None else torch.zeros(self.num_envs))
@@ -174,6 +189,7 @@ def concat_batches(batches: list[OnPolicyBatch]) -> OnPolicyBatch:
     obs_cat = lambda obs, axis: {  # noqa: E731
         "state": np.concatenate([o["state"] for o in obs], axis),
         "images": {k: np.concatenate([o["images"][k] for o in obs], axis) for k in obs[0]["images"]},
+        "instruction": _concat_instructions([o.get("instruction") or [] for o in obs], axis),
     }
     offsets = np.cumsum([0] + [b.samples.shape[1] for b in batches])
     finished = [
@@ -195,6 +211,15 @@ def concat_batches(batches: list[OnPolicyBatch]) -> OnPolicyBatch:
         env_steps=sum(b.env_steps for b in batches),
         finished=finished,
     )
+
+
+def _concat_instructions(parts: list[list], axis: int) -> list:
+    """Instruction lists side by side: per time step ([T][N] parts, axis 1) or flat ([N], axis 0)."""
+    if axis == 0:
+        return [text for part in parts for text in part]
+    if not all(parts):
+        return []
+    return [sum((part[t] for part in parts), []) for t in range(len(parts[0]))]
 
 
 def generalized_advantages(
