@@ -55,6 +55,7 @@ class PolicyConfig:
     cnn_channels: list[int] = field(default_factory=lambda: [16, 32, 32])
     cnn_features: int = 256
     vla: VLAConfig = field(default_factory=VLAConfig)
+    init_from: str = ""  # a saved policy (Policy.save's folder) whose weights start this one, e.g. SFT
 
     def __post_init__(self) -> None:
         if isinstance(self.vla, dict):

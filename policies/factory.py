@@ -22,8 +22,42 @@ def make_policy(spec: EnvSpec, cfg: PolicyConfig | dict[str, Any], saved: str | 
     if cfg.kind == "vla":
         from policies.vla.policy import VLAPolicy  # transformers only where a VLA is asked for
 
-        return VLAPolicy(spec, cfg, saved=None if saved is None else Path(saved))
-    return GaussianActorCritic(spec, cfg)
+        policy: Policy = VLAPolicy(spec, cfg, saved=None if saved is None else Path(saved))
+    else:
+        policy = GaussianActorCritic(spec, cfg)
+    if cfg.init_from and saved is None:
+        policy.load_weights(_weights_for(policy, cfg, Path(cfg.init_from)))
+    return policy
+
+
+def _read_header(path: Path) -> dict[str, Any]:
+    header_file = path / POLICY_FILE
+    if not header_file.is_file():
+        raise ValueError(f"{path} is not a saved policy (no {POLICY_FILE}; expected Policy.save's folder)")
+    return json.loads(header_file.read_text())
+
+
+def _weights_for(policy: Policy, cfg: PolicyConfig, path: Path) -> dict[str, Any]:
+    """The weights of the saved policy at ``path``, after checking it is the same kind of policy."""
+    from safetensors.torch import load_file
+
+    header = _read_header(path)
+    where = f"policy.init_from={str(path)!r}"
+    if header["class"] != type(policy).__name__:
+        raise ValueError(f"{where} holds a {header['class']}; this config builds a {type(policy).__name__}")
+    saved = PolicyConfig.from_dict(header["config"])
+    if cfg.kind == "vla":
+        for key in ("head", "parallel_decoding", "action_bins", "lora_rank"):
+            if getattr(saved.vla, key) != getattr(cfg.vla, key):
+                raise ValueError(
+                    f"{where} has policy.vla.{key}={getattr(saved.vla, key)!r}; this config asks for "
+                    f"{getattr(cfg.vla, key)!r}"
+                )
+    if saved.chunk_size != cfg.chunk_size:
+        raise ValueError(
+            f"{where} has policy.chunk_size={saved.chunk_size}; this config asks for {cfg.chunk_size}"
+        )
+    return load_file(str(path / WEIGHTS_FILE))
 
 
 def load_policy(path: str | Path, map_location: str = "cpu") -> Policy:
@@ -31,10 +65,7 @@ def load_policy(path: str | Path, map_location: str = "cpu") -> Policy:
     path = Path(path)
     if path.is_file():
         return _load_legacy(path, map_location)
-    header_file = path / POLICY_FILE
-    if not header_file.is_file():
-        raise ValueError(f"{path} is not a saved policy (no {POLICY_FILE}; expected Policy.save's folder)")
-    header = json.loads(header_file.read_text())
+    header = _read_header(path)
     policy = make_policy(EnvSpec.from_dict(header["spec"]), header["config"], saved=path)
     if type(policy).__name__ != header["class"]:
         raise ValueError(f"{path} holds a {header['class']}, its config builds a {type(policy).__name__}")

@@ -58,7 +58,8 @@ def load_backbone(source: str, action_bins: int, weights: bool = True) -> tuple[
     if not (folder / "preprocessor_config.json").is_file():
         raise BackboneError(f"{where}: no image processor in the folder (preprocessor_config.json)")
     tokenizer = AutoTokenizer.from_pretrained(folder, local_files_only=True)
-    processor = AutoImageProcessor.from_pretrained(folder, local_files_only=True)
+    # The PIL flavour: only its config is read (the policy resizes and normalises tensors itself).
+    processor = AutoImageProcessor.from_pretrained(folder, local_files_only=True, backend="pil")
     cls = _model_class(config.model_type)
     if weights:
         model = cls.from_pretrained(folder, local_files_only=True, dtype=torch.float32)

@@ -111,9 +111,12 @@ class FlowActionHead(nn.Module):
 
     @torch.no_grad()
     def sample(self, prefix_states: torch.Tensor, prefix_mask: torch.Tensor, greedy: bool):
-        """(chain [B, steps+1, chunk, A], log-prob [B]). Greedy: no step noise, log-prob 0."""
+        """(chain [B, steps+1, chunk, A], log-prob [B]). Greedy: the ODE from the prior's mean (zero
+        noise), so the same observation always gives the same chunk; log-prob 0."""
         batch = prefix_states.shape[0]
-        x = torch.randn(batch, self.chunk, self.action_dim, device=prefix_states.device)
+        shape = (batch, self.chunk, self.action_dim)
+        device = prefix_states.device
+        x = torch.zeros(shape, device=device) if greedy else torch.randn(shape, device=device)
         chain, log_prob = [x], torch.zeros(batch, device=x.device)
         for t in self.schedule.times():
             v = self.expert(x, torch.full((batch,), t, device=x.device), prefix_states, prefix_mask)

@@ -51,9 +51,11 @@ def tiny_model(family: str, vocab_size: int, image_token_id: int):
     if family == "paligemma":
         text_config = GemmaConfig(**text, num_key_value_heads=1, head_dim=32)
         config = PaliGemmaConfig(
-            vision_config=vision, text_config=text_config, image_token_index=image_token_id
+            vision_config=vision,
+            text_config=text_config,
+            image_token_index=image_token_id,
+            projection_dim=text_config.hidden_size,
         )
-        config.vision_config.projection_dim = text_config.hidden_size
         return PaliGemmaForConditionalGeneration(config)
     text_class = LlamaConfig if family == "llava-llama" else Qwen2Config
     config = LlavaConfig(
@@ -74,7 +76,9 @@ def tiny_backbone(family: str, action_bins: int):
     model = tiny_model(family, len(tokenizer), tokenizer.convert_tokens_to_ids(IMAGE_TOKEN))
     # The PIL flavour where transformers has one: the other wants torchvision, which we do not need
     # (the policy applies the processor's resize and normalisation to tensors itself).
-    processor_class = getattr(transformers, "SiglipImageProcessorPil", transformers.SiglipImageProcessor)
+    processor_class = (
+        getattr(transformers, "SiglipImageProcessorPil", None) or transformers.SiglipImageProcessor
+    )
     processor = processor_class(size={"height": TINY_IMAGE_SIZE, "width": TINY_IMAGE_SIZE})
     return model, tokenizer, processor
 
