@@ -68,7 +68,7 @@ def one_decision_batch(obs, out, rewards) -> OnPolicyBatch:
             "state": obs["state"][None],
             "images": {"front": obs["images"]["front"][None]},
             "instruction": [obs["instruction"]],
-        },  # fmt: skip
+        },
         samples=out.samples[None],
         log_probs=out.log_prob[None],
         values=out.value[None] if out.value is not None else torch.zeros(1, n),
@@ -179,9 +179,9 @@ def test_bad_vla_inputs_are_one_line_errors(env, tmp_path):
     (folder / "tokenizer_config.json").unlink()
     with pytest.raises(BackboneError, match="no tokenizer in the folder"):
         build(backbone=str(folder))
-    with pytest.raises(ValueError, match="policy.chunk_size=80: the tokens head would decode 560 tokens"):
+    with pytest.raises(ValueError, match=r"policy\.chunk_size=80: the tokens head would decode 560 tokens"):
         make_policy(env.env_spec, PolicyConfig(kind="vla", cameras=["front"], chunk_size=80))
-    with pytest.raises(ValueError, match="policy.vla.head must be one of"):
+    with pytest.raises(ValueError, match=r"policy\.vla\.head must be one of"):
         VLAConfig(head="diffusion")
 
 

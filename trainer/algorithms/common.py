@@ -219,7 +219,7 @@ def _concat_instructions(parts: list[list], axis: int) -> list:
         return [text for part in parts for text in part]
     if not all(parts):
         return []
-    return [sum((part[t] for part in parts), []) for t in range(len(parts[0]))]
+    return [[text for part in parts for text in part[t]] for t in range(len(parts[0]))]
 
 
 def generalized_advantages(
