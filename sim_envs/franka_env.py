@@ -147,6 +147,7 @@ class FrankaEnv(gym.Env):
         arm_control = "cartesian" if self.cfg.action_mode == EE_DELTA_POSE_GRIPPER else JOINT_POSITION
         scene_cfg = SceneConfig(
             with_cube=self.task.with_cube,
+            extra_cubes=getattr(self.task, "extra_cubes", ()),
             physics_dt=self.cfg.physics_dt,
             arm_control=arm_control,
             offscreen_width=max(256, self.cfg.image_width, self.cfg.render_size),

@@ -8,6 +8,7 @@ ENV_IDS = {
     "rlinf/FrankaReach-v0": "reach",
     "rlinf/FrankaPush-v0": "push",
     "rlinf/FrankaPickLift-v0": "pick_lift",
+    "rlinf/FrankaPickColor-v0": "pick_color",
 }
 
 

@@ -58,6 +58,7 @@ class SceneConfig:
     """What goes into the scene."""
 
     with_cube: bool = True
+    extra_cubes: tuple[str, ...] = ()  # more cubes by colour (CUBE_COLORS), e.g. ("green", "blue")
     cube_half_size: float = 0.02
     cube_mass: float = 0.05
     cube_friction: float = 1.0
@@ -69,18 +70,42 @@ class SceneConfig:
     offscreen_height: int = 256
 
 
-def build_scene_xml(cfg: SceneConfig) -> str:
-    """Return a complete MJCF document for the scene."""
-    s = cfg.cube_half_size
-    cube = ""
-    if cfg.with_cube:
-        cube = f"""
-<body name="cube" pos="0.5 0 {TABLE_TOP_Z + s}">
-  <freejoint name="cube_joint"/>
-  <geom name="cube" type="box" size="{s} {s} {s}" mass="{cfg.cube_mass}" material="cube_red"
+CUBE_COLORS = {
+    "red": "0.85 0.15 0.12",
+    "green": "0.15 0.7 0.2",
+    "blue": "0.15 0.3 0.85",
+    "yellow": "0.9 0.8 0.1",
+}
+
+
+def cube_name(color: str) -> str:
+    """The red cube is the tasks' ``cube``; others are ``cube_<color>`` (body, joint and geom)."""
+    return "cube" if color == "red" else f"cube_{color}"
+
+
+def cube_xml(cfg: SceneConfig, color: str, index: int) -> str:
+    s, name = cfg.cube_half_size, cube_name(color)
+    return f"""
+<body name="{name}" pos="0.5 {0.1 * index} {TABLE_TOP_Z + s}">
+  <freejoint name="{name}_joint"/>
+  <geom name="{name}" type="box" size="{s} {s} {s}" mass="{cfg.cube_mass}" material="cube_{color}"
         friction="{cfg.cube_friction} 0.02 0.001" condim="4" contype="1" conaffinity="3"
         solref="0.01 1" solimp="0.95 0.99 0.001"/>
 </body>"""
+
+
+def build_scene_xml(cfg: SceneConfig) -> str:
+    """Return a complete MJCF document for the scene."""
+    for color in cfg.extra_cubes:
+        if color not in CUBE_COLORS or color == "red":
+            raise ValueError(
+                f"extra cube colour {color!r} is not one of {sorted(set(CUBE_COLORS) - {'red'})}"
+            )
+    colors = (("red",) if cfg.with_cube else ()) + tuple(cfg.extra_cubes)
+    cube = "".join(cube_xml(cfg, color, i) for i, color in enumerate(colors))
+    cube_materials = "\n    ".join(
+        f'<material name="cube_{color}" rgba="{rgb} 1"/>' for color, rgb in CUBE_COLORS.items()
+    )
     mounts = {m.name: m.xml() for m in cfg.camera_mounts}
     front_xyaxes = panda_model.look_at_xyaxes(FRONT_CAMERA_POS, FRONT_CAMERA_TARGET)
     pos = " ".join(str(v) for v in FRONT_CAMERA_POS)
@@ -107,7 +132,7 @@ def build_scene_xml(cfg: SceneConfig) -> str:
     <material name="table_grid" texture="grid_tex" texrepeat="1 1"/>
     <material name="panda_white" rgba="0.92 0.92 0.92 1"/>
     <material name="panda_black" rgba="0.15 0.15 0.15 1"/>
-    <material name="cube_red" rgba="0.85 0.15 0.12 1"/>
+    {cube_materials}
     <material name="goal_green" rgba="0.1 0.85 0.2 0.45"/>
   </asset>
   <default>

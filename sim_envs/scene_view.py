@@ -6,6 +6,7 @@ import mujoco
 import numpy as np
 
 from sim_envs import panda_model
+from sim_envs.scene import CUBE_COLORS, cube_name
 
 
 class FrankaSceneView:
@@ -19,9 +20,14 @@ class FrankaSceneView:
         self._arm_qvel = np.array([model.joint(j).dofadr[0] for j in panda_model.ARM_JOINTS])
         self._fingers = np.array([model.joint(j).qposadr[0] for j in panda_model.FINGER_JOINTS])
         self._goal_mocap = model.body("goal").mocapid[0]
-        cube_joint = mujoco.mj_name2id(model, mujoco.mjtObj.mjOBJ_JOINT, "cube_joint")
-        self._cube_qpos = model.jnt_qposadr[cube_joint] if cube_joint >= 0 else None
-        self._cube_geom = mujoco.mj_name2id(model, mujoco.mjtObj.mjOBJ_GEOM, "cube")
+        self._cubes: dict[str, tuple[int, int]] = {}  # colour -> (qpos address, geom id)
+        for color in CUBE_COLORS:
+            joint = mujoco.mj_name2id(model, mujoco.mjtObj.mjOBJ_JOINT, f"{cube_name(color)}_joint")
+            if joint >= 0:
+                geom = mujoco.mj_name2id(model, mujoco.mjtObj.mjOBJ_GEOM, cube_name(color))
+                self._cubes[color] = (int(model.jnt_qposadr[joint]), geom)
+        self._cube_qpos = self._cubes["red"][0] if "red" in self._cubes else None
+        self._cube_geom = self._cubes["red"][1] if "red" in self._cubes else -1
         self._pads = {model.geom("left_pad").id, model.geom("right_pad").id}
         self._tcp_quat = np.zeros(4)
 
@@ -68,23 +74,39 @@ class FrankaSceneView:
         return quat if quat[0] >= 0 else -quat
 
     @property
+    def cube_colors(self) -> tuple[str, ...]:
+        return tuple(self._cubes)
+
+    def cube_pose_of(self, color: str) -> tuple[np.ndarray, np.ndarray]:
+        """Position and (w, x, y, z) orientation (w >= 0) of the cube of ``color``."""
+        adr = self._cubes[color][0]
+        quat = self.data.qpos[adr + 3 : adr + 7].copy()
+        return self.data.qpos[adr : adr + 3].copy(), quat if quat[0] >= 0 else -quat
+
+    def place_cube_of(self, color: str, pos: np.ndarray, yaw: float) -> None:
+        adr = self._cubes[color][0]
+        self.data.qpos[adr : adr + 3] = pos
+        self.data.qpos[adr + 3 : adr + 7] = [np.cos(yaw / 2), 0.0, 0.0, np.sin(yaw / 2)]
+
+    def fingers_touch_cube_of(self, color: str) -> bool:
+        """True when both finger pads are in contact with the cube of ``color``."""
+        geom = self._cubes[color][1]
+        geom1, geom2 = self.data.contact.geom1, self.data.contact.geom2
+        touching = np.concatenate([geom2[geom1 == geom], geom1[geom2 == geom]])
+        return self._pads.issubset(touching.tolist())
+
+    @property
     def goal_pos(self) -> np.ndarray:
         return self.data.mocap_pos[self._goal_mocap].copy()
 
     def place_cube(self, pos: np.ndarray, yaw: float) -> None:
         if self._cube_qpos is None:
             raise RuntimeError("this scene has no cube")
-        adr = self._cube_qpos
-        self.data.qpos[adr : adr + 3] = pos
-        self.data.qpos[adr + 3 : adr + 7] = [np.cos(yaw / 2), 0.0, 0.0, np.sin(yaw / 2)]
+        self.place_cube_of("red", pos, yaw)
 
     def place_goal(self, pos: np.ndarray) -> None:
         self.data.mocap_pos[self._goal_mocap] = pos
 
     def fingers_touch_cube(self) -> bool:
         """True when both finger pads are in contact with the cube."""
-        if self._cube_geom < 0:
-            return False
-        geom1, geom2 = self.data.contact.geom1, self.data.contact.geom2
-        with_cube = np.concatenate([geom2[geom1 == self._cube_geom], geom1[geom2 == self._cube_geom]])
-        return self._pads.issubset(with_cube.tolist())
+        return "red" in self._cubes and self.fingers_touch_cube_of("red")

@@ -6,7 +6,7 @@ as "the human" stand-in in tests. They read the state by field name through the 
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 
@@ -143,7 +143,13 @@ class ScriptedPush:
         return action
 
 
-SCRIPTED_POLICIES = {"pick_lift": ScriptedPickLift, "reach": ScriptedReach, "push": ScriptedPush}
+# PickColor's privileged state gives the named cube under the pick-lift fields: the same controller.
+SCRIPTED_POLICIES = {
+    "pick_lift": ScriptedPickLift,
+    "pick_color": ScriptedPickLift,
+    "reach": ScriptedReach,
+    "push": ScriptedPush,
+}
 
 
 def scripted_policy(spec: EnvSpec):
@@ -166,6 +172,8 @@ class ExpertEpisode:
     actions: np.ndarray  # float32 [T, A]
     images: dict[str, list[np.ndarray]]  # camera -> T frames
     success: bool
+    instruction: str = ""  # the episode's task text
+    rewards: np.ndarray = field(default_factory=lambda: np.zeros(0, np.float32))  # float32 [T]
 
 
 def play_expert(env, seed: int) -> ExpertEpisode:
@@ -173,16 +181,19 @@ def play_expert(env, seed: int) -> ExpertEpisode:
     reads the privileged state (e.g. the goal) even when the env does not show it to the policy."""
     expert = scripted_policy(env.privileged_spec())
     obs, _ = env.reset(seed=seed)
-    states, actions, images = [], [], {name: [] for name in env.env_spec.camera_names}
-    success = False
+    states, actions, rewards, images = [], [], [], {name: [] for name in env.env_spec.camera_names}
+    instruction, success = obs["instruction"], False
     for _ in range(env.env_spec.max_episode_steps):
         action = expert.act({"state": env.privileged_state()}).astype(np.float32)
         states.append(obs["state"])
         actions.append(action)
         for name in images:
             images[name].append(obs["images"][name])
-        obs, _, terminated, truncated, info = env.step(action)
+        obs, reward, terminated, truncated, info = env.step(action)
+        rewards.append(reward)
         success = bool(info.get("success", False))
         if terminated or truncated:
             break
-    return ExpertEpisode(np.stack(states), np.stack(actions), images, success)
+    return ExpertEpisode(
+        np.stack(states), np.stack(actions), images, success, instruction, np.asarray(rewards, np.float32)
+    )

@@ -31,6 +31,9 @@ class SceneView(Protocol):
 
     def fingers_touch_cube(self) -> bool: ...
     def place_cube(self, pos: np.ndarray, yaw: float) -> None: ...
+    def cube_pose_of(self, color: str) -> tuple[np.ndarray, np.ndarray]: ...
+    def place_cube_of(self, color: str, pos: np.ndarray, yaw: float) -> None: ...
+    def fingers_touch_cube_of(self, color: str) -> bool: ...
     def place_goal(self, pos: np.ndarray) -> None: ...
 
 
@@ -174,7 +177,71 @@ class PickLiftTask:
         return TaskResult(1.0 if success else dense, success)
 
 
-TASKS: dict[str, type] = {"reach": ReachTask, "push": PushTask, "pick_lift": PickLiftTask}
+class PickColorTask:
+    """Three cubes (red, green, blue); the instruction names one, drawn each episode: lift that one.
+
+    Success only for the named cube. The privileged state (what the scripted expert reads) gives the
+    named cube's pose under the pick-lift fields, every cube's position in colour order, and the named
+    colour one-hot; a policy that sees proprioception and cameras has only the words to go by.
+    """
+
+    name = "pick_color"
+    instruction = "lift the red cube"  # the spec's example; each episode names its own cube
+    max_episode_steps = 80
+    with_cube = True
+    colors = ("red", "green", "blue")
+    extra_cubes = ("green", "blue")
+    lift_height = PickLiftTask.lift_height
+    min_separation = 0.08  # metres between cube centres at reset
+
+    def __init__(self) -> None:
+        self.target = "red"
+
+    def state_fields(self) -> tuple[StateField, ...]:
+        return (
+            StateField("cube_pos", 3),
+            StateField("cube_quat", 4),
+            StateField("cube_rel_tcp", 3),
+            StateField("cubes_pos", 3 * len(self.colors)),
+            StateField("target_color", len(self.colors)),
+        )
+
+    def task_state(self, scene: SceneView) -> np.ndarray:
+        pos, quat = scene.cube_pose_of(self.target)
+        cubes = [scene.cube_pose_of(color)[0] for color in self.colors]
+        onehot = [float(color == self.target) for color in self.colors]
+        return np.concatenate([pos, quat, pos - scene.tcp_pos, *cubes, onehot])
+
+    def reset(self, scene: SceneView, rng: np.random.Generator) -> None:
+        placed: list[np.ndarray] = []
+        while len(placed) < len(self.colors):
+            xy = _sample_cube_xy(rng)
+            if all(np.linalg.norm(xy - other) >= self.min_separation for other in placed):
+                placed.append(xy)
+        for color, xy in zip(self.colors, placed):
+            scene.place_cube_of(color, np.array([*xy, scene.cube_half_size]), rng.uniform(-np.pi, np.pi))
+        self.target = self.colors[int(rng.integers(len(self.colors)))]
+        self.instruction = f"lift the {self.target} cube"
+        target_xy = placed[self.colors.index(self.target)]
+        scene.place_goal(np.array([*target_xy, scene.cube_half_size + self.lift_height]))
+
+    def evaluate(self, scene: SceneView) -> TaskResult:
+        pos, _ = scene.cube_pose_of(self.target)
+        lift = float(pos[2] - scene.cube_half_size)
+        success = lift >= self.lift_height
+        reach = _shaped_distance(float(np.linalg.norm(pos - scene.tcp_pos)))
+        grasped = float(scene.fingers_touch_cube_of(self.target))
+        progress = float(np.clip(lift / self.lift_height, 0.0, 1.0))
+        dense = 0.25 * reach + 0.25 * grasped + 0.5 * progress * grasped
+        return TaskResult(1.0 if success else dense, success)
+
+
+TASKS: dict[str, type] = {
+    "reach": ReachTask,
+    "push": PushTask,
+    "pick_lift": PickLiftTask,
+    "pick_color": PickColorTask,
+}
 
 
 def make_task(name: str) -> Task:

@@ -66,6 +66,23 @@ def _serve(args: argparse.Namespace) -> int:
         return 2
 
 
+def _demos(args: argparse.Namespace) -> int:
+    import yaml
+
+    from trainer.expert_demos import DemoConfig, record_expert_demos
+
+    kwargs = yaml.safe_load(args.env_kwargs) if args.env_kwargs else {}
+    if not isinstance(kwargs, dict):
+        raise ValueError(
+            f"--env-kwargs must be a YAML mapping, e.g. '{{cameras: [front]}}'; got {args.env_kwargs!r}"
+        )
+    summary = record_expert_demos(DemoConfig(args.env, args.episodes, args.out, args.seed, True, kwargs))
+    print(
+        f"{summary.written} episodes ({summary.frames} frames) of {summary.played} played -> {summary.root}"
+    )
+    return 0
+
+
 def _view(args: argparse.Namespace) -> int:
     from trainer.viewer import ViewConfig, view
 
@@ -94,6 +111,20 @@ def build_parser() -> argparse.ArgumentParser:
     rollout.add_argument("--out", default="runs/rollout")
     rollout.add_argument("--seed", type=int, default=0)
     rollout.set_defaults(func=_rollout)
+
+    demos = sub.add_parser(
+        "demos", help="record scripted-expert episodes as a LeRobot v3 dataset (for BC / SFT)"
+    )
+    demos.add_argument("--env", default="rlinf/FrankaPickColor-v0")
+    demos.add_argument("--episodes", type=int, default=20)
+    demos.add_argument("--out", default="runs/demos", help="the dataset folder (appended to if it exists)")
+    demos.add_argument("--seed", type=int, default=10_000)
+    demos.add_argument(
+        "--env-kwargs",
+        default="",
+        help="YAML mapping of env config keys, e.g. '{cameras: [front], privileged_state: false}'",
+    )
+    demos.set_defaults(func=_demos)
 
     serve = sub.add_parser(
         "serve",

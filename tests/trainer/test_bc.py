@@ -53,7 +53,7 @@ def test_bc_learns_to_reach_from_expert_episodes(tmp_path):
     Runner(config).run()
     rows = [json.loads(line) for line in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]
     assert len(rows) == 3 and rows[-1]["train/dataset_frames"] == 24 * 40
-    assert rows[-1]["train/bc_mse"] < rows[0]["train/bc_mse"]
+    assert rows[-1]["train/bc_loss"] < rows[0]["train/bc_loss"]
     assert rows[-1]["success_rate"] >= baseline_success + 0.5, (baseline_success, rows[-1])
 
 

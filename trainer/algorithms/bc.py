@@ -19,7 +19,7 @@ import torch
 from policies import Policy
 from protos.batch import VectorEnv
 from protos.lerobot_dataset import DatasetError
-from trainer.algorithms.common import IterationResult, decisions_per_episode, random_shift
+from trainer.algorithms.common import IterationResult, play_greedy, random_shift
 from trainer.algorithms.demonstrations import Demonstrations, describe_empty, load_demonstrations
 from trainer.devices import module_device
 
@@ -115,20 +115,12 @@ class BC:
     def iterate(self, venv: VectorEnv, seed: int) -> IterationResult:
         loss = self.regression.fit(self.cfg.updates_per_iteration)
         steps, finished = self.play_greedy(venv, seed)
-        metrics = {"bc_mse": loss, "dataset_frames": len(self.regression.states)}
+        metrics = {"bc_loss": loss, "dataset_frames": len(self.regression.states)}
         return IterationResult(steps, finished, metrics)
 
-    @torch.no_grad()
     def play_greedy(self, venv: VectorEnv, seed: int):
         """One greedy episode per env from seeded resets: (env steps, finished episodes)."""
-        obs, _ = venv.reset(seed=seed)
-        steps, finished = 0, []
-        for _ in range(decisions_per_episode(venv, self.policy)):
-            result = venv.chunk_step(self.policy.act(obs, mode="greedy").actions.cpu().numpy())
-            steps += int(result.valid.sum())
-            finished.extend(result.finished)
-            obs = result.obs
-        return steps, finished
+        return play_greedy(venv, self.policy, seed)
 
     def state_dict(self) -> dict:
         return {"optimizer": self.optimizer.state_dict()}

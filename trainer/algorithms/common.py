@@ -271,6 +271,19 @@ def decisions_per_episode(venv: VectorEnv, policy: Policy) -> int:
     return -(-venv.spec.max_episode_steps // policy.chunk_size)
 
 
+@torch.no_grad()
+def play_greedy(venv: VectorEnv, policy: Policy, seed: int) -> tuple[int, list[EpisodeSummary]]:
+    """One greedy episode per env from seeded resets: (env steps, finished episodes)."""
+    obs, _ = venv.reset(seed=seed)
+    steps, finished = 0, []
+    for _ in range(decisions_per_episode(venv, policy)):
+        result = venv.chunk_step(policy.act(obs, mode="greedy").actions.cpu().numpy())
+        steps += int(result.valid.sum())
+        finished.extend(result.finished)
+        obs = result.obs
+    return steps, finished
+
+
 def random_shift(images: torch.Tensor, pad: int, generator: torch.Generator | None = None) -> torch.Tensor:
     """Pad by replicating edges, then crop back at a random offset per image ([B, H, W, 3] uint8)."""
     if pad <= 0:

@@ -155,7 +155,7 @@ class DaggerLoop:
             "robots": len(sessions),
             **stats,
             "training_frames": len(demos),
-            "bc_mse": loss,
+            "bc_loss": loss,
             "policy": str(path),
             "wall_s": time.monotonic() - started,
         }

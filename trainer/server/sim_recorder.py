@@ -50,6 +50,7 @@ class SimEpisodeRecorder:
             frames.append({
                 "state": np.asarray(obs["state"][i], np.float32),
                 "images": {name: obs["images"][name][i] for name in self.spec.camera_names},
+                "instruction": obs["instruction"][i] if obs.get("instruction") else self.spec.instruction,
                 "action": np.asarray(actions[i, 0], np.float32),
                 "reward": float(result.rewards[i, 0]),
                 "success": bool(result.success[i, 0]),
@@ -66,7 +67,7 @@ class SimEpisodeRecorder:
         steps = len(frames)
         actions = np.stack([f["action"] for f in frames])
         episode = EpisodeFrames(
-            task=self.spec.instruction,
+            task=frames[0]["instruction"],  # the episode's own words (a task may draw them per episode)
             images={name: [f["images"][name] for f in frames] for name in self.spec.camera_names},
             vectors={
                 "observation.state": np.stack([f["state"] for f in frames]),

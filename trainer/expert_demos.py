@@ -1,0 +1,88 @@
+"""Scripted-expert episodes of a sim task written as a LeRobot v3 dataset: the demos that behaviour
+cloning and VLA SFT start from (``rlinf-trainer demos``).
+
+Each episode is played by the task's scripted controller from ``reset(seed)``; the dataset keeps what
+the *policy* would see (the env's configured cameras and state, privileged or not), the expert's
+actions, rewards and success, and the episode's own instruction as its task text.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+DEMO_SEED = 10_000  # demo seeds start here, away from the seeds training and evaluation reset from
+
+
+@dataclass(frozen=True)
+class DemoConfig:
+    env_id: str = "rlinf/FrankaPickColor-v0"
+    episodes: int = 20
+    root: str = "runs/demos"
+    seed: int = DEMO_SEED
+    only_successful: bool = True  # keep the expert's failures out of the dataset
+    env_kwargs: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class DemoSummary:
+    written: int
+    played: int
+    frames: int
+    root: Path
+
+
+def record_expert_demos(config: DemoConfig, progress: bool = True) -> DemoSummary:
+    """Play ``episodes`` kept scripted episodes (more are played if failures are dropped) into
+    ``root``, appending when a dataset is there already."""
+    from tqdm import tqdm
+
+    import sim_envs
+    from protos.episode_frames import vector_names
+    from protos.lerobot_dataset import EpisodeFrames, LeRobotWriter
+    from sim_envs.scripted import play_expert
+
+    env = sim_envs.make(config.env_id, **config.env_kwargs)
+    spec = env.env_spec
+    writer = LeRobotWriter(Path(config.root), fps=spec.control_hz)
+    written = played = frames = 0
+    try:
+        with tqdm(
+            total=config.episodes, desc=f"demos {config.env_id}", unit="episode", disable=not progress
+        ) as bar:
+            while written < config.episodes:
+                if played >= 3 * config.episodes + 10:
+                    raise RuntimeError(
+                        f"the scripted expert succeeded in only {written} of {played} episodes of {config.env_id}"
+                    )
+                episode = play_expert(env, seed=config.seed + played)
+                played += 1
+                if config.only_successful and not episode.success:
+                    continue
+                n = len(episode.actions)
+                writer.add_episode(
+                    EpisodeFrames(
+                        task=episode.instruction,
+                        images=episode.images,
+                        vectors={"observation.state": episode.states, "action": episode.actions},
+                        scalars={
+                            "next.reward": episode.rewards,
+                            "next.done": np.arange(n) == n - 1,
+                            "next.success": np.arange(n) == n - 1 if episode.success else np.zeros(n, bool),
+                        },
+                        names={
+                            k: v
+                            for k, v in vector_names(spec).items()
+                            if k in ("observation.state", "action")
+                        },
+                    )
+                )
+                written += 1
+                frames += n
+                bar.update(1)
+    finally:
+        env.close()
+    return DemoSummary(written, played, frames, Path(config.root))
