@@ -401,7 +401,7 @@ class ControlLoop:
             wall_ns=wall,
             frames=frames,
             state=np.asarray(reading.state, dtype=np.float32).tolist(),
-            instruction=self.spec.instruction,
+            instruction=reading.instruction or self.spec.instruction,
             mode=self.mode,
             holding=self.holding,
         )

@@ -31,6 +31,7 @@ class DriverObservation:
     state: np.ndarray
     images: dict[str, np.ndarray]
     capture_ns: dict[str, int] = field(default_factory=dict)
+    instruction: str = ""  # this episode's task text, where the driver knows it (else the spec's)
 
 
 @dataclass(frozen=True)

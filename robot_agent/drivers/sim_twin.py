@@ -87,7 +87,7 @@ class SimTwinDriver(RobotDriver):
             self.reset(seed=0)
         assert self._obs is not None
         stamps = dict.fromkeys(self._obs["images"], self._stamp)
-        return DriverObservation(self._obs["state"], self._obs["images"], stamps)
+        return DriverObservation(self._obs["state"], self._obs["images"], stamps, self._obs["instruction"])
 
     def apply(self, action: np.ndarray) -> StepOutcome:
         self._obs, reward, terminated, _, info = self.env.step(action)

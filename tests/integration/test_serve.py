@@ -273,16 +273,21 @@ def test_a_killed_agent_is_aborted_the_other_continues_and_its_spool_replays_onc
     assert (episodes["source"] == "robot:survivor").sum() >= 3
 
 
-def test_eval_mode_runs_a_saved_policy_and_reports_success_statistics(tmp_path):
+EVAL_POLICIES = {
+    "cnn": {"kind": "cnn", "cameras": ["front"], "hidden_sizes": [32], "cnn_channels": [8]},
+    "vla": {"kind": "vla", "cameras": ["front"], "chunk_size": 2},  # a tiny VLA, token head
+}
+
+
+@pytest.mark.parametrize("kind", sorted(EVAL_POLICIES))
+def test_eval_mode_runs_a_saved_policy_and_reports_success_statistics(tmp_path, kind):
     from policies.config import PolicyConfig
     from policies.factory import make_policy
     from robot_agent.drivers import make_driver
 
     twin = {"task": "reach", "control_hz": 20.0, "image_size": 64, **SHORT}
     driver = make_driver("sim-twin", twin)
-    policy = make_policy(
-        driver.spec, PolicyConfig(kind="cnn", cameras=["front"], hidden_sizes=[32], cnn_channels=[8])
-    )
+    policy = make_policy(driver.spec, PolicyConfig(**EVAL_POLICIES[kind]))
     driver.close()
     path = tmp_path / "policy"
     policy.save(path)
