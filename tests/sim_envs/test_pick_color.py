@@ -21,7 +21,7 @@ def lift_with_expert_but_aim_at(env, color: str | None, seed: int) -> bool:
         if color is not None:
             pos, quat = env.scene.cube_pose_of(color)
             state[slices["cube_pos"]], state[slices["cube_quat"]] = pos, quat
-        obs, _, _, _, info = env.step(expert.act({"state": state}))
+        _, _, _, _, info = env.step(expert.act({"state": state}))
         success |= info["success"]
     return success
 
