@@ -12,7 +12,7 @@ from trainer.expert_demos import DemoConfig, record_expert_demos
 
 def lift_with_expert_but_aim_at(env, color: str | None, seed: int) -> bool:
     """Play the scripted expert, optionally pointed at another cube than the named one."""
-    obs, _ = env.reset(seed=seed)
+    env.reset(seed=seed)
     expert = ScriptedPickLift(env.privileged_spec())
     slices = env.privileged_spec().state_slices()
     success = False
