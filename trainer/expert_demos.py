@@ -42,12 +42,13 @@ def record_expert_demos(config: DemoConfig, progress: bool = True) -> DemoSummar
 
     import sim_envs
     from protos.episode_frames import vector_names
-    from protos.lerobot_dataset import EpisodeFrames, LeRobotWriter
+    from protos.lerobot_dataset import EpisodeFrames, LeRobotWriter, VideoFormat
     from sim_envs.scripted import play_expert
 
     env = sim_envs.make(config.env_id, **config.env_kwargs)
     spec = env.env_spec
-    writer = LeRobotWriter(Path(config.root), fps=spec.control_hz)
+    # Lossless video: at 64 px a cube is a few pixels, and 4:2:0 chroma would blur which colour it is.
+    writer = LeRobotWriter(Path(config.root), fps=spec.control_hz, video=VideoFormat.lossless())
     written = played = frames = 0
     try:
         with tqdm(

@@ -1,0 +1,163 @@
+"""Tiny VLAs on the language-conditioned task: SFT on scripted demos, then GRPO and PPO for a fixed
+wall-clock budget each, scored on held-out seeds; plus rollout throughput and update time.
+
+For each head (``tokens``: OpenVLA-style bins with parallel decoding; ``flow``: pi0-style flow
+matching with the Flow-SDE sampler), the same SFT start is trained by GRPO and by PPO (with the
+value head) for ``--rl-minutes`` each on CPU. Success and return are greedy, on ``--eval-episodes``
+seeds that neither the demos (10000+) nor training (0+) reset from.
+
+    python benchmarks/vla.py [--task rlinf/FrankaPickColor-v0] [--demos 40] [--sft-updates 1500]
+                             [--rl-minutes 8] [--heads tokens,flow] [--out FILE]
+"""
+
+from __future__ import annotations
+
+import argparse
+import copy
+import json
+import os
+import platform
+import time
+from pathlib import Path
+
+import numpy as np
+import torch
+
+import sim_envs
+from policies import PolicyConfig, make_policy
+from policies.config import VLAConfig
+from trainer.algorithms.bc import BC, BCConfig
+from trainer.algorithms.common import play_greedy
+from trainer.algorithms.grpo import GRPO, GRPOConfig
+from trainer.algorithms.ppo import PPO, PPOConfig
+from trainer.expert_demos import DemoConfig, record_expert_demos
+
+RESULTS = Path(__file__).resolve().parent / "results"
+ENV = {"cameras": ["front"], "image_height": 64, "image_width": 64, "privileged_state": False,
+       "action_rotation": False}  # fmt: skip
+HEADS = {
+    "tokens": VLAConfig(head="tokens", parallel_decoding=True),
+    "flow": VLAConfig(head="flow", flow_steps=4),
+}
+RL_LEARNING_RATE = {"tokens": 1e-4, "flow": 2e-5}  # flow log-probs are sharper: smaller steps
+EVAL_SEED = 5_000_000
+
+
+def evaluate(policy, venv, episodes: int) -> dict[str, float]:
+    """Greedy success and return over ``episodes`` held-out seeds (num_envs at a time)."""
+    finished = []
+    for start in range(0, episodes, venv.num_envs):
+        torch.manual_seed(0)
+        finished += play_greedy(venv, policy, EVAL_SEED + start)[1]
+    return {
+        "success": float(np.mean([e.success for e in finished])),
+        "return": float(np.mean([e.episode_return for e in finished])),
+    }
+
+
+def rl(name: str, policy, venv, head: str, minutes: float, eval_episodes: int) -> dict:
+    """Train ``policy`` (a copy of the SFT start) with GRPO or PPO for ``minutes`` of wall time."""
+    lr = RL_LEARNING_RATE[head]
+    if name == "grpo":
+        algorithm = GRPO(
+            policy, GRPOConfig(group_size=4, learning_rate=lr, update_epochs=2, num_minibatches=4)
+        )
+    else:
+        algorithm = PPO(policy, PPOConfig(learning_rate=lr, update_epochs=2, num_minibatches=4))
+    deadline, iteration, steps, collect_s, update_s, curve = time.monotonic() + 60 * minutes, 0, 0, [], [], []
+    while time.monotonic() < deadline:
+        tick = time.perf_counter()
+        result = algorithm.iterate(venv, seed=1000 * iteration)
+        total = time.perf_counter() - tick
+        collect_s.append(result.metrics["collect_s"])
+        update_s.append(total - result.metrics["collect_s"])
+        steps += result.env_steps
+        iteration += 1
+        curve.append({"iteration": iteration, "env_steps": steps,
+                      "sample_success": float(np.mean([e.success for e in result.finished] or [0.0]))})  # fmt: skip
+        print(f"  {head} {name} it {iteration}: {curve[-1]} {time.perf_counter() - tick:.1f}s", flush=True)
+    return {
+        "iterations": iteration,
+        "env_steps": steps,
+        "collect_s_median": float(np.median(collect_s)),
+        "update_s_median": float(np.median(update_s)),
+        "curve": curve,
+        **evaluate(policy, venv, eval_episodes),
+    }
+
+
+def rollout_throughput(policy, venv, decisions: int = 20) -> dict[str, float]:
+    """Sampled chunks from the policy stepped in the vector env: env steps/s and chunks/s."""
+    obs, _ = venv.reset(seed=0)
+    tick, steps = time.perf_counter(), 0
+    for _ in range(decisions):
+        result = venv.chunk_step(policy.act(obs).actions.cpu().numpy())
+        steps += int(result.valid.sum())
+        obs = result.obs
+    elapsed = time.perf_counter() - tick
+    return {"env_steps_per_s": steps / elapsed, "chunks_per_s": decisions * venv.num_envs / elapsed}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--task", default="rlinf/FrankaPickColor-v0")
+    parser.add_argument("--demos", type=int, default=40)
+    parser.add_argument("--sft-updates", type=int, default=1500)
+    parser.add_argument("--rl-minutes", type=float, default=8.0)
+    parser.add_argument("--num-envs", type=int, default=16)
+    parser.add_argument("--chunk", type=int, default=4)
+    parser.add_argument("--eval-episodes", type=int, default=48)
+    parser.add_argument("--heads", default="tokens,flow")
+    parser.add_argument("--work", default="runs/bench_vla")
+    parser.add_argument("--out", default=str(RESULTS / "vla.json"))
+    args = parser.parse_args()
+    torch.set_num_threads(1)
+
+    demos = Path(args.work) / "demos"
+    if not (demos / "meta" / "info.json").is_file():
+        record_expert_demos(DemoConfig(args.task, args.demos, str(demos), env_kwargs=ENV))
+    venv = sim_envs.make_vector(args.task, args.num_envs, backend="inline", **ENV)
+    results: dict = {"task": args.task, "chunk": args.chunk, "num_envs": args.num_envs, "demos": args.demos,
+                     "sft_updates": args.sft_updates, "rl_minutes": args.rl_minutes,
+                     "eval_episodes": args.eval_episodes, "heads": {}}  # fmt: skip
+    for head in args.heads.split(","):
+        torch.manual_seed(0)
+        cfg = PolicyConfig(kind="vla", cameras=["front"], chunk_size=args.chunk, vla=HEADS[head])
+        policy = make_policy(venv.spec, cfg)
+        sft = BC(policy, BCConfig(dataset=str(demos), batch_size=64, image_shift=0))
+        tick = time.perf_counter()
+        losses = [sft.regression.fit(100) for _ in range(max(1, args.sft_updates // 100))]
+        sft_s = time.perf_counter() - tick
+        record = {
+            "parameters": sum(p.numel() for p in policy.parameters()),
+            "sft": {
+                "loss_first": losses[0],
+                "loss_last": losses[-1],
+                "seconds": sft_s,
+                **evaluate(policy, venv, args.eval_episodes),
+            },
+            "rollout": rollout_throughput(policy, venv),
+        }
+        print(f"{head}: SFT {record['sft']}, rollout {record['rollout']}", flush=True)
+        for name in ("grpo", "ppo"):
+            record[name] = rl(name, copy.deepcopy(policy), venv, head, args.rl_minutes, args.eval_episodes)
+            record[name]["gain_points"] = 100 * (record[name]["success"] - record["sft"]["success"])
+            print(f"{head} {name}: success {record[name]['success']:.3f} (SFT {record['sft']['success']:.3f})",
+                  flush=True)  # fmt: skip
+        results["heads"][head] = record
+    venv.close()
+    results["machine"] = {
+        "cpus": os.cpu_count(),
+        "python": platform.python_version(),
+        "torch": torch.__version__,
+    }
+    Path(args.out).parent.mkdir(parents=True, exist_ok=True)
+    Path(args.out).write_text(json.dumps(results, indent=2))
+    print("\nhead    SFT    GRPO   PPO    (greedy success on held-out seeds)")
+    for head, r in results["heads"].items():
+        print(f"{head:7} {r['sft']['success']:.3f}  {r['grpo']['success']:.3f}  {r['ppo']['success']:.3f}")
+    print(f"written to {args.out}")
+
+
+if __name__ == "__main__":
+    main()
