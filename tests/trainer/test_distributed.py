@@ -132,3 +132,22 @@ def test_cpu_sets_lay_bundles_over_the_cores():
     assert cpu_sets(({"CPU": 1}, {"CPU": 1}), [0, 1]) == ((0,), (1,))
     assert cpu_sets(({"CPU": 2 / 3},) * 3, [0, 1]) == ((0,), (0, 1), (1,))
     assert cpu_sets(({"CPU": 2},), [4, 5]) == ((4, 5),)
+
+
+VLA = [
+    "env.kwargs={cameras: [front], image_height: 64, image_width: 64, action_rotation: false, max_episode_steps: 10}",
+    "policy.kind=vla", "policy.cameras=[front]", "policy.chunk_size=2",
+]  # fmt: skip
+
+
+# Collocated (turn-taking, with offload) and hybrid (pipelined; disaggregated is its special case).
+@pytest.mark.parametrize("placement", ["collocated", "hybrid"])
+def test_a_tiny_vla_trains_with_ppo_on_ray(tmp_path, local_ray, placement):
+    extra = ["cluster.offload=true"] if placement == "collocated" else []
+    rows = run(tmp_path, placement, *VLA, *extra)
+    assert len(rows) == 3 and rows[-1]["env_steps"] == 120
+    assert rows[-1]["train/policy_loss"] == rows[-1]["train/policy_loss"]  # a number, not NaN
+    from policies import load_policy
+    from trainer.checkpoint import POLICY_DIR, latest_checkpoint
+
+    assert type(load_policy(latest_checkpoint(tmp_path / placement) / POLICY_DIR)).__name__ == "VLAPolicy"
