@@ -12,6 +12,9 @@ from policies.config import PolicyConfig
 from protos import EnvSpec
 
 
+VALUE_HEAD_PREFIXES = ("value_head.", "critic.")
+
+
 def make_policy(spec: EnvSpec, cfg: PolicyConfig | dict[str, Any], saved: str | Path | None = None) -> Policy:
     """The policy a config describes: ``policy.kind`` mlp / cnn (Gaussian actor-critic) or vla.
 
@@ -28,6 +31,14 @@ def make_policy(spec: EnvSpec, cfg: PolicyConfig | dict[str, Any], saved: str | 
     if cfg.init_from and saved is None:
         policy.load_weights(_weights_for(policy, cfg, Path(cfg.init_from)))
     return policy
+
+
+def _with_own_value_head(policy: Policy, weights: dict[str, Any]) -> dict[str, Any]:
+    """An SFT start may lack the value head PPO adds (it starts fresh) or have one GRPO drops."""
+    own = policy.state_dict()
+    kept = {k: v for k, v in weights.items() if k in own or not k.startswith(VALUE_HEAD_PREFIXES)}
+    kept.update({k: v for k, v in own.items() if k not in kept and k.startswith(VALUE_HEAD_PREFIXES)})
+    return kept
 
 
 def _read_header(path: Path) -> dict[str, Any]:
@@ -57,7 +68,7 @@ def _weights_for(policy: Policy, cfg: PolicyConfig, path: Path) -> dict[str, Any
         raise ValueError(
             f"{where} has policy.chunk_size={saved.chunk_size}; this config asks for {cfg.chunk_size}"
         )
-    return load_file(str(path / WEIGHTS_FILE))
+    return _with_own_value_head(policy, load_file(str(path / WEIGHTS_FILE)))
 
 
 def load_policy(path: str | Path, map_location: str = "cpu") -> Policy:

@@ -236,3 +236,14 @@ def test_lora_trains_only_adapters_in_the_text_model(env):
     assert sum(p.numel() for n, p in lora.named_parameters() if n in trainable) < 0.5 * sum(
         p.numel() for p in policy.parameters()
     )
+
+
+def test_ppo_can_start_from_an_sft_policy_without_a_value_head(env, tmp_path):
+    vla(env, "tokens", value_head=False).save(tmp_path / "sft")
+    cfg = PolicyConfig(kind="vla", cameras=["front"], chunk_size=2, init_from=str(tmp_path / "sft"))
+    started = make_policy(env.env_spec, cfg)
+    obs = observations(env)
+    assert started.has_value_head and started.act(obs).value.shape == (4,)
+    torch.testing.assert_close(
+        started.act(obs, "greedy").actions, load_policy(tmp_path / "sft").act(obs, "greedy").actions
+    )
