@@ -11,7 +11,6 @@ from policies.base import POLICY_FILE, WEIGHTS_FILE, Policy
 from policies.config import PolicyConfig
 from protos import EnvSpec
 
-
 VALUE_HEAD_PREFIXES = ("value_head.", "critic.")
 
 

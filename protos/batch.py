@@ -4,7 +4,7 @@ stacked into a batch and selected out of one."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Protocol
 
 import numpy as np
@@ -82,6 +82,32 @@ class ChunkResult:
         """[N]: the env's episode ended somewhere in this chunk."""
         return (self.terminated | self.truncated).any(axis=1)
 
+    @staticmethod
+    def concatenate(parts: list[ChunkResult]) -> ChunkResult:
+        """Results of disjoint env groups side by side: env indices of later parts are shifted. Either
+        every part says what it executed, or none does; a part without ``intervened`` had no human."""
+        if any(p.executed is None for p in parts) and any(p.executed is not None for p in parts):
+            raise ValueError("either every part of a chunk result has executed actions or none has")
+        offsets = np.cumsum([0] + [len(p.final_obs) for p in parts])
+        cat = lambda key: np.concatenate([getattr(p, key) for p in parts])  # noqa: E731
+        return ChunkResult(
+            obs=concat_obs([p.obs for p in parts]),
+            rewards=cat("rewards"),
+            terminated=cat("terminated"),
+            truncated=cat("truncated"),
+            success=cat("success"),
+            valid=cat("valid"),
+            final_obs=[row for p in parts for row in p.final_obs],
+            finished=[
+                replace(e, env_index=int(o) + e.env_index) for p, o in zip(parts, offsets) for e in p.finished
+            ],
+            aborted=[int(o) + i for p, o in zip(parts, offsets) for i in p.aborted],
+            executed=None if parts[0].executed is None else cat("executed"),
+            intervened=np.concatenate(
+                [p.intervened if p.intervened is not None else np.zeros(p.valid.shape, bool) for p in parts]
+            ),
+        )
+
     def next_obs(self) -> dict[str, Any]:
         """The observation that followed each env's last step: the final one where an episode
         ended (``obs`` already holds the next episode's first), else ``obs`` (for replay buffers)."""
@@ -90,6 +116,15 @@ class ChunkResult:
             for i in range(len(self.final_obs))
         ]
         return stack_obs(rows)
+
+
+def concat_obs(parts: list[dict[str, Any]]) -> dict[str, Any]:
+    """Batched observations of disjoint env groups, side by side."""
+    return {
+        "images": {name: np.concatenate([p["images"][name] for p in parts]) for name in parts[0]["images"]},
+        "state": np.concatenate([p["state"] for p in parts]),
+        "instruction": [text for p in parts for text in p["instruction"]],
+    }
 
 
 def select_row(batched: dict[str, Any], i: int) -> dict[str, Any]:
@@ -101,4 +136,4 @@ def select_row(batched: dict[str, Any], i: int) -> dict[str, Any]:
     }
 
 
-__all__ = ["ChunkResult", "EpisodeSummary", "VectorEnv", "select_row", "stack_obs"]
+__all__ = ["ChunkResult", "EpisodeSummary", "VectorEnv", "concat_obs", "select_row", "stack_obs"]

@@ -17,13 +17,13 @@ from __future__ import annotations
 import asyncio
 import logging
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import numpy as np
 
 from protos import robot_link_pb2 as pb
-from protos.batch import ChunkResult, EpisodeSummary, VectorEnv, stack_obs
+from protos.batch import ChunkResult, EpisodeSummary, VectorEnv, concat_obs, select_row, stack_obs
 from protos.env_spec import EnvSpec, spec_mismatch
 from trainer.server.link_server import LinkServer
 from trainer.server.remote_env import RemoteRobotEnv
@@ -39,21 +39,6 @@ class _RobotSlot:
     episode_return: float = 0.0
     episode_length: int = 0
     episodes: int = 0
-
-
-@dataclass
-class _RobotChunk:
-    obs: dict[str, Any]
-    rewards: np.ndarray
-    terminated: np.ndarray
-    truncated: np.ndarray
-    success: np.ndarray
-    valid: np.ndarray
-    executed: np.ndarray  # [chunk, A]: what the robot ran (the human's action, after its safety)
-    intervened: np.ndarray
-    final_obs: dict[str, Any] | None = None
-    finished: EpisodeSummary | None = None
-    aborted: bool = False
 
 
 class EnvPool:
@@ -163,33 +148,9 @@ class EnvPool:
         if self.sim_recorder is not None and self._sim_obs is not None:
             self.sim_recorder.record(self._sim_obs, actions[:n_sim], sim)
         self._sim_obs = sim.obs
-        robot = [future.result() for future in futures]
-        finished = list(sim.finished)
-        for j, outcome in enumerate(robot):
-            if outcome.finished is not None:
-                finished.append(
-                    EpisodeSummary(
-                        n_sim + j,
-                        outcome.finished.episode_return,
-                        outcome.finished.length,
-                        outcome.finished.success,
-                    )
-                )
-        return ChunkResult(
-            obs=self._stack(sim.obs, [outcome.obs for outcome in robot]),
-            rewards=np.concatenate([sim.rewards, *[r.rewards[None] for r in robot]]),
-            terminated=np.concatenate([sim.terminated, *[r.terminated[None] for r in robot]]),
-            truncated=np.concatenate([sim.truncated, *[r.truncated[None] for r in robot]]),
-            success=np.concatenate([sim.success, *[r.success[None] for r in robot]]),
-            valid=np.concatenate([sim.valid, *[r.valid[None] for r in robot]]),
-            final_obs=[*sim.final_obs, *[r.final_obs for r in robot]],
-            finished=finished,
-            aborted=[*sim.aborted, *[n_sim + j for j, r in enumerate(robot) if r.aborted]],
-            executed=np.concatenate([actions[:n_sim], *[r.executed[None] for r in robot]]),
-            intervened=np.concatenate(
-                [np.zeros(sim.valid.shape, bool), *[r.intervened[None] for r in robot]]
-            ),
-        )
+        robots = [future.result() for future in futures]
+        sim = replace(sim, executed=sim.executed if sim.executed is not None else np.asarray(actions[:n_sim]))
+        return ChunkResult.concatenate([sim, *robots])
 
     # -- robots ---------------------------------------------------------------------------------
     def _reset_robot(self, slot: _RobotSlot, seed: int | None) -> None:
@@ -203,17 +164,20 @@ class EnvPool:
             slot.obs = None
         slot.episode_return, slot.episode_length = 0.0, 0
 
-    def _robot_chunk(self, slot: _RobotSlot, actions: np.ndarray) -> _RobotChunk:
+    def _robot_chunk(self, slot: _RobotSlot, actions: np.ndarray) -> ChunkResult:
+        """One robot's chunk as a one-env result (a dead slot plays nothing: every step invalid)."""
         chunk = len(actions)
-        out = _RobotChunk(
-            obs=slot.obs if slot.obs is not None else self._blank_obs(),
-            rewards=np.zeros(chunk, np.float32),
-            terminated=np.zeros(chunk, bool),
-            truncated=np.zeros(chunk, bool),
-            success=np.zeros(chunk, bool),
-            valid=np.zeros(chunk, bool),
-            executed=np.array(actions, np.float32),
-            intervened=np.zeros(chunk, bool),
+        row = lambda dtype: np.zeros((1, chunk), dtype)  # noqa: E731
+        out = ChunkResult(
+            obs=stack_obs([slot.obs if slot.obs is not None else self._blank_obs()]),
+            rewards=row(np.float32),
+            terminated=row(bool),
+            truncated=row(bool),
+            success=row(bool),
+            valid=row(bool),
+            final_obs=[None],
+            executed=np.array(actions, np.float32)[None],
+            intervened=row(bool),
         )
         if slot.obs is None:  # dead for the rest of this iteration
             return out
@@ -223,31 +187,35 @@ class EnvPool:
             outcome = None
         if outcome is None or outcome.aborted:
             log.warning("robot %s: episode aborted mid-chunk; it is not trained on", slot.env.robot_id)
-            slot.obs, out.aborted = None, True
+            slot.obs, out.aborted = None, [0]
             return out
         played = len(outcome.observations)
         for k, observation in enumerate(outcome.observations):
             transition = observation.transition
-            out.rewards[k], out.success[k], out.valid[k] = transition.reward, transition.success, True
-            out.intervened[k] = transition.intervened
+            out.rewards[0, k], out.success[0, k], out.valid[0, k] = (
+                transition.reward,
+                transition.success,
+                True,
+            )
+            out.intervened[0, k] = transition.intervened
             if len(transition.executed_action) == self.spec.action.dim:
-                out.executed[k] = transition.executed_action
+                out.executed[0, k] = transition.executed_action
         slot.episode_return += float(out.rewards.sum())
         slot.episode_length += played
         if played:
             slot.obs = self._select(slot.env.decode(outcome.observations[-1]))
-            out.obs = slot.obs
+            out.obs = stack_obs([slot.obs])
         if outcome.end is not None:
             last = outcome.observations[-1].transition if played else pb.Transition()
             k = max(played - 1, 0)
-            out.terminated[k] = bool(last.terminated)
-            out.truncated[k] = not last.terminated
-            out.final_obs = out.obs
+            out.terminated[0, k] = bool(last.terminated)
+            out.truncated[0, k] = not last.terminated
+            out.final_obs = [select_row(out.obs, 0)]
             success = bool(outcome.end.success or last.success)
-            out.finished = EpisodeSummary(-1, slot.episode_return, slot.episode_length, success)
+            out.finished = [EpisodeSummary(0, slot.episode_return, slot.episode_length, success)]
             slot.episodes += 1
             self._reset_robot(slot, None)
-            out.obs = slot.obs if slot.obs is not None else self._blank_obs()
+            out.obs = stack_obs([slot.obs if slot.obs is not None else self._blank_obs()])
         return out
 
     def _select(self, obs: dict[str, Any]) -> dict[str, Any]:
@@ -267,15 +235,7 @@ class EnvPool:
         if not robot_obs:
             return sim_obs
         rows = [row if row is not None else self._blank_obs() for row in robot_obs]
-        robots = stack_obs(rows)
-        return {
-            "state": np.concatenate([sim_obs["state"], robots["state"]]),
-            "images": {
-                name: np.concatenate([sim_obs["images"][name], robots["images"][name]])
-                for name in sim_obs["images"]
-            },
-            "instruction": [*sim_obs["instruction"], *robots["instruction"]],
-        }
+        return concat_obs([sim_obs, stack_obs(rows)])
 
     def close(self) -> None:
         self.sim.close()
