@@ -35,7 +35,7 @@ IMPORT_AGENT = (
 
 
 def make_venv(path: Path, extras: str) -> Path:
-    """A venv with ``.[extras]`` from this checkout (kept between runs; this package is refreshed)."""
+    """A venv with the given extras (``.[<extras>]``) from this checkout (kept between runs; this package is refreshed)."""
     pip = str(path / "bin" / "pip")
     if not (path / "bin" / "python").exists():
         subprocess.run([sys.executable, "-m", "venv", str(path)], check=True)

@@ -159,13 +159,30 @@ class _Arm:
         self.robot.stop()
 
 
+def connect_error(what: str, host: str, exc: Exception, plf_name: str) -> str:
+    """One line for a failed connect; a server version the library does not speak says what to install."""
+    text = " ".join(str(exc).split())
+    if "incompatible" in text.lower() and "version" in text.lower():
+        try:
+            from importlib.metadata import version
+
+            installed = version(plf_name.split(".")[0])
+        except Exception:
+            installed = "unknown"
+        return (
+            f"the {what} at {host} speaks another protocol version than {plf_name} {installed} ({text}); "
+            "FR3 and Franka system 5.9+ need pylibfranka >= 0.18: pip install -U 'pylibfranka>=0.18'"
+        )
+    return f"cannot connect to the {what} at {host}: {text}"
+
+
 def arm_main(plf_name: str, host: str, config: Any, state: SharedBlock, target: SharedBlock, conn) -> None:
     """Entry point of the arm process."""
     try:
         arm = _Arm(importlib.import_module(plf_name), host, config, state, target, conn)
         arm.publish(arm.robot.read_once(), moving=False)
     except Exception as exc:
-        conn.send(("ready", f"cannot connect to the Franka at {host}: {exc}"))
+        conn.send(("ready", connect_error("Franka", host, exc, plf_name)))
         return
     conn.send(("ready", None))
     arm.serve()
@@ -177,7 +194,7 @@ def gripper_main(plf_name: str, host: str, config: Any, width, conn) -> None:
         gripper = importlib.import_module(plf_name).Gripper(host)
         width.value = float(gripper.read_once().width)
     except Exception as exc:
-        conn.send(("ready", f"cannot connect to the Franka gripper at {host}: {exc}"))
+        conn.send(("ready", connect_error("Franka gripper", host, exc, plf_name)))
         return
     conn.send(("ready", None))
     commanded = None

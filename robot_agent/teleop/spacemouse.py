@@ -1,4 +1,4 @@
-"""A 3Dconnexion SpaceMouse through pyspacemouse (raw HID; ``pip install .[teleop]``, plus libhidapi).
+"""A 3Dconnexion SpaceMouse through pyspacemouse (raw HID; ``pip install .[spacemouse]``, plus libhidapi).
 
 Pushing the cap past the dead zone takes over; letting go gives back (HIL-SERL style). Button 0
 toggles the gripper, button 1 labels the episode a success (ending it) and, between episodes,
@@ -35,7 +35,7 @@ class SpaceMouseDevice(TeleopDevice):
             self.lib: ModuleType = importlib.import_module(config.module)
         except ImportError as exc:
             raise TeleopError(
-                f"the spacemouse needs {config.module} (pip install '.[teleop]' and apt-get install libhidapi0): {exc}"
+                f"the spacemouse needs {config.module} (pip install '.[spacemouse]' and apt-get install libhidapi0): {exc}"
             ) from None
         opened = self.lib.open(device=config.device) if config.device else self.lib.open()
         if not opened:

@@ -132,6 +132,9 @@ def test_train_mode_refuses_grpo_and_a_bad_training_key(tmp_path):
         train_config(tmp_path, "train.config=grpo_reach")
     with pytest.raises(ConfigError, match="nosuch"):
         train_config(tmp_path, "train.overrides=[run.nosuch=1]")
+    for placement in ("collocated", "disaggregated", "hybrid", "auto"):  # never a silent sim-only run
+        with pytest.raises(ConfigError, match=f"needs cluster.placement=sequential, got '{placement}'"):
+            train_config(tmp_path, f"train.overrides=[cluster.placement={placement}]")
     with pytest.raises(ConfigError, match="not valid YAML"):
         train_config(tmp_path, "train.overrides=[env.kwargs=[}]")
     broken = tmp_path / "broken.yaml"

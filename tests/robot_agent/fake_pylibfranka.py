@@ -32,6 +32,10 @@ class ControlException(RuntimeError):
     pass
 
 
+class IncompatibleVersionException(RuntimeError):
+    pass
+
+
 class _Arm:
     def __init__(self) -> None:
         # Where a person left the arm in guiding mode (the helper process inherits the variable).
@@ -98,6 +102,11 @@ class Robot:
     def __init__(self, host: str, realtime) -> None:
         if host == "10.255.255.1":
             raise ControlException("libfranka: Connection timeout")
+        if host == "10.255.255.2":  # what libfranka says to an FR3 on system 5.9 with libfranka < 0.18
+            raise IncompatibleVersionException(
+                "libfranka: Incompatible library version (server version: 10, library version: 9). "
+                "Please check https://frankarobotics.github.io for Panda system updates"
+            )
 
     def read_once(self):
         return _state()

@@ -133,6 +133,13 @@ def test_connection_failures_are_one_clear_error():
     with pytest.raises(DriverError, match=r"cannot connect to the Franka at 10\.255\.255\.1: .*timeout"):
         driver.observe()
     driver.close()
+    driver = FrankaDriver(FrankaConfig(host="10.255.255.2"), plf_module=FAKE)
+    with pytest.raises(
+        DriverError, match=r"server version: 10.*need pylibfranka >= 0\.18: pip install"
+    ) as raised:
+        driver.observe()
+    assert "\n" not in str(raised.value)
+    driver.close()
 
 
 def test_dual_franka_splits_one_action_between_two_arms_and_safety_sees_both():

@@ -91,3 +91,34 @@ def test_picked_rows_are_added_and_discarded_rows_are_never_sampled(spec):
                    fake_obs(spec, 2, 0))  # fmt: skip
     assert buffer.usable_size == 8
     assert set(buffer.sample(512)["reward"].tolist()) == {10.0, 11.0, 12.0, 13.0}
+
+
+def q_after_updates(source_weight: float) -> float:
+    """SAC on a buffer of two sources: sim transitions with reward 0 (weight 1) and robot ones with
+    reward 10 (weight ``source_weight``); the critic's mean Q after some updates."""
+    from policies import PolicyConfig, make_policy
+    from trainer.algorithms.sac import SAC, SACConfig
+
+    spec = sim_envs.make("rlinf/FrankaReach-v0", cameras=(), action_rotation=False).env_spec
+    torch.manual_seed(0)
+    policy = make_policy(spec, PolicyConfig(head="tanh_gaussian", hidden_sizes=[32], value_head=False))
+    sac = SAC(
+        policy, SACConfig(batch_size=64, learning_starts=0, critic_hidden=[32], critic_learning_rate=1e-2)
+    )
+    obs = {
+        "state": np.random.default_rng(0).normal(size=(200, spec.state_dim)).astype(np.float32),
+        "images": {},
+    }
+    rewards = np.where(np.arange(200) < 100, 0.0, 10.0)
+    weights = np.where(np.arange(200) < 100, 1.0, source_weight)
+    sac.buffer.add(
+        obs, np.zeros((200, spec.action.dim), np.float32), rewards, np.ones(200), obs, weights=weights
+    )
+    for _ in range(200):
+        stats = sac.update()
+    return stats["q_mean"]
+
+
+def test_the_source_weight_changes_the_off_policy_update():
+    ignored, counted = q_after_updates(0.0), q_after_updates(1.0)
+    assert abs(ignored) < 1.0 and counted > 3.0, (ignored, counted)  # the mean target: 0 vs 5

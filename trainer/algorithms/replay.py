@@ -13,7 +13,10 @@ from protos.atomic_files import write_atomic
 
 
 class ReplayBuffer:
-    """Ring buffer of (obs, action in [-1, 1], reward, terminated, next_obs).
+    """Ring buffer of (obs, action in [-1, 1], reward, terminated, next_obs, weight).
+
+    ``weight`` is the transition's training weight: its source's (``train.sim_weight`` /
+    ``train.robot_weight`` in a sim + robot pool), 1 otherwise.
 
     Rows can be ``discard``-ed after the fact (a robot episode that was aborted): they are never
     sampled again, and their slots are reused as the ring wraps.
@@ -28,6 +31,7 @@ class ReplayBuffer:
             "action": np.zeros((capacity, spec.action.dim), np.float32),
             "reward": np.zeros(capacity, np.float32),
             "terminated": np.zeros(capacity, np.float32),
+            "weight": np.ones(capacity, np.float32),
             "usable": np.ones(capacity, bool),
         }
         self._discarded = 0
@@ -47,8 +51,10 @@ class ReplayBuffer:
         terminated: np.ndarray,
         next_obs: dict[str, Any],
         rows: np.ndarray | None = None,
+        weights: np.ndarray | None = None,
     ) -> np.ndarray:
-        """Add a batch of transitions (batched observation layout); ``rows`` picks some of them.
+        """Add a batch of transitions (batched observation layout); ``rows`` picks some of them and
+        ``weights`` (one per transition of the batch) weight them in the losses (default 1).
 
         Returns the buffer indices written, in row order.
         """
@@ -63,6 +69,7 @@ class ReplayBuffer:
         self.data["action"][idx] = actions[rows]
         self.data["reward"][idx] = rewards[rows]
         self.data["terminated"][idx] = terminated[rows]
+        self.data["weight"][idx] = 1.0 if weights is None else np.asarray(weights, np.float32)[rows]
         self.data["usable"][idx] = True
         for cam in self.cameras:
             self.data[f"image.{cam}"][idx] = obs["images"][cam][rows]
@@ -99,6 +106,7 @@ class ReplayBuffer:
             "action": take("action"),
             "reward": take("reward"),
             "terminated": take("terminated"),
+            "weight": take("weight"),
         }
 
     def save(self, path: Path) -> None:
@@ -111,8 +119,8 @@ class ReplayBuffer:
             if size > self.capacity:
                 raise ValueError(f"saved buffer holds {size} transitions, more than capacity {self.capacity}")
             for key, array in self.data.items():
-                if key == "usable" and key not in saved:  # saved before rows could be discarded
-                    array[:size] = True
+                if key in ("usable", "weight") and key not in saved:  # saved before these existed
+                    array[:size] = 1
                     continue
                 if key not in saved:
                     raise ValueError(f"saved buffer lacks {key!r} (different cameras?)")

@@ -86,10 +86,12 @@ class SAC:
         self.buffer = ReplayBuffer(policy.spec, cfg.buffer_capacity, self.cameras)
         self.env_steps = 0
         self.pending_updates = 0.0
+        self.source_weights: np.ndarray | None = None  # [N] per-env training weight (sim + robot pools)
 
     # -- acting ------------------------------------------------------------------------------------
     def iterate(self, venv: VectorEnv, seed: int) -> IterationResult:
         self.before_iteration(venv, seed)
+        self.source_weights = getattr(venv, "source_weights", None)
         obs, _ = venv.reset(seed=seed)
         finished, stats, steps = [], [], 0
         episode_rows: list[list[int]] = [[] for _ in range(venv.num_envs)]  # buffer rows per env's episode
@@ -115,8 +117,9 @@ class SAC:
         played = np.flatnonzero(result.valid[:, 0])  # a dead robot slot plays nothing
         actions, next_obs = self.executed_units(result, unit_actions), result.next_obs()
         written = self.buffer.add(
-            obs, actions, result.rewards[:, 0], result.terminated[:, 0], next_obs, rows=played
-        )
+            obs, actions, result.rewards[:, 0], result.terminated[:, 0], next_obs, rows=played,
+            weights=self.source_weights,
+        )  # fmt: skip
         self.after_step(obs, actions, result, next_obs, played)
         for env, row in zip(played, written):
             episode_rows[env].append(int(row))
@@ -175,9 +178,11 @@ class SAC:
             next_value = target_q[subset].min(0).values - alpha * next_log_prob
             target = batch["reward"] + cfg.gamma * (1.0 - batch["terminated"]) * next_value
 
+        # Each transition weighs as its source does (a sim + robot pool's sim_weight / robot_weight).
+        weight = batch["weight"] / batch["weight"].mean().clamp_min(1e-8)
         features = policy.feature_encoder(obs)
         q = self.critic(features, batch["action"])
-        critic_loss = 0.5 * ((q - target.unsqueeze(0)) ** 2).mean(1).sum()
+        critic_loss = 0.5 * ((q - target.unsqueeze(0)) ** 2 * weight).mean(1).sum()
         self.critic_optimizer.zero_grad()
         critic_loss.backward()
         self.critic_optimizer.step()
@@ -185,12 +190,12 @@ class SAC:
         features = features.detach()
         actions, log_prob = policy.rsample(None, features=features)
         q_pi = self.critic(features, actions).mean(0)
-        actor_loss = (alpha * log_prob - q_pi).mean()
+        actor_loss = ((alpha * log_prob - q_pi) * weight).mean()
         self.actor_optimizer.zero_grad()
         actor_loss.backward()
         self.actor_optimizer.step()
 
-        alpha_loss = -(self.log_alpha * (log_prob.detach() + self.target_entropy)).mean()
+        alpha_loss = -(self.log_alpha * (log_prob.detach() + self.target_entropy) * weight).mean()
         self.alpha_optimizer.zero_grad()
         alpha_loss.backward()
         self.alpha_optimizer.step()

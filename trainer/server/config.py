@@ -139,6 +139,12 @@ def load_serve_config(path: str | None, overrides: list[str] | None = None) -> S
             raise ConfigError(
                 "server.mode=train needs env.num_envs >= 1 sim env (the pool's spec comes from it)"
             )
+        if training.cluster.placement != "sequential":
+            raise ConfigError(
+                f"server.mode=train needs cluster.placement=sequential, got "
+                f"{training.cluster.placement!r}: the robots join the env pool in this process, which "
+                "the Ray placements do not drive (they would train on sim envs alone)"
+            )
         if min(config.train.sim_weight, config.train.robot_weight) < 0:
             raise ConfigError("train.sim_weight and train.robot_weight must be >= 0")
     if config.server.mode == "eval" and not is_saved_policy(config.eval.policy_path):
