@@ -174,6 +174,7 @@ class ExpertEpisode:
     success: bool
     instruction: str = ""  # the episode's task text
     rewards: np.ndarray = field(default_factory=lambda: np.zeros(0, np.float32))  # float32 [T]
+    successes: np.ndarray = field(default_factory=lambda: np.zeros(0, bool))  # [T]: the task was achieved
 
 
 def play_expert(env, seed: int) -> ExpertEpisode:
@@ -181,7 +182,8 @@ def play_expert(env, seed: int) -> ExpertEpisode:
     reads the privileged state (e.g. the goal) even when the env does not show it to the policy."""
     expert = scripted_policy(env.privileged_spec())
     obs, _ = env.reset(seed=seed)
-    states, actions, rewards, images = [], [], [], {name: [] for name in env.env_spec.camera_names}
+    states, actions, rewards, successes = [], [], [], []
+    images: dict[str, list[np.ndarray]] = {name: [] for name in env.env_spec.camera_names}
     instruction, success = obs["instruction"], False
     for _ in range(env.env_spec.max_episode_steps):
         action = expert.act({"state": env.privileged_state()}).astype(np.float32)
@@ -191,9 +193,16 @@ def play_expert(env, seed: int) -> ExpertEpisode:
             images[name].append(obs["images"][name])
         obs, reward, terminated, truncated, info = env.step(action)
         rewards.append(reward)
-        success = bool(info.get("success", False))
+        successes.append(bool(info.get("success", False)))
+        success = successes[-1]
         if terminated or truncated:
             break
     return ExpertEpisode(
-        np.stack(states), np.stack(actions), images, success, instruction, np.asarray(rewards, np.float32)
+        np.stack(states),
+        np.stack(actions),
+        images,
+        success,
+        instruction,
+        np.asarray(rewards, np.float32),
+        np.asarray(successes, bool),
     )

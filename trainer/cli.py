@@ -32,7 +32,10 @@ def _train(args: argparse.Namespace) -> int:
         config = load_config(str(run_dir / CONFIG_FILE), args.overrides)
         runner = Runner(config, resume_dir=run_dir)
     else:
-        runner = Runner(load_config(args.config, args.overrides))
+        config = load_config(args.config, args.overrides)
+        if config.algorithm == "reward_classifier":
+            return _train_reward_classifier(config)
+        runner = Runner(config)
     print(f"run directory: {runner.run_dir}")
     try:
         progress = runner.run()
@@ -40,6 +43,27 @@ def _train(args: argparse.Namespace) -> int:
         return 130
     print(
         f"done: {progress.iteration} iterations, {progress.env_steps} env steps in {progress.wall_s:.0f} s; outputs in {runner.run_dir}"
+    )
+    return 0
+
+
+def _train_reward_classifier(config) -> int:
+    import sim_envs
+    from trainer.configs.loader import algorithm_config, save_config
+    from trainer.reward_training import train_reward_classifier
+    from trainer.runner import CONFIG_FILE, default_output_dir
+
+    run_dir = Path(config.run.output_dir) if config.run.output_dir else default_output_dir(config)
+    run_dir.mkdir(parents=True, exist_ok=True)
+    save_config(config, run_dir / CONFIG_FILE)
+    env = sim_envs.make(config.env.id, **config.env.kwargs)  # the spec the classifier reads
+    spec = env.env_spec
+    env.close()
+    metrics = train_reward_classifier(algorithm_config(config), spec, run_dir, config.run.seed)
+    print(
+        f"held out ({metrics['frames']} frames, {metrics['positives']} successful): precision "
+        f"{metrics['precision']:.3f}, recall {metrics['recall']:.3f}, calibration error "
+        f"{metrics['expected_calibration_error']:.3f}; classifier in {run_dir / 'classifier'}"
     )
     return 0
 

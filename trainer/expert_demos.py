@@ -72,8 +72,9 @@ def record_expert_demos(config: DemoConfig, progress: bool = True) -> DemoSummar
                         scalars={
                             "next.reward": episode.rewards,
                             "next.done": np.arange(n) == n - 1,
-                            "next.success": np.arange(n) == n - 1 if episode.success else np.zeros(n, bool),
+                            "next.success": episode.successes,
                         },
+                        extra={"success": bool(episode.success)},
                         names={
                             k: v
                             for k, v in vector_names(spec).items()

@@ -18,6 +18,8 @@ ALGORITHMS = {
     "sac": ("trainer.algorithms.sac", "SAC"),
     "rlpd": ("trainer.algorithms.rlpd", "RLPD"),
     "bc": ("trainer.algorithms.bc", "BC"),
+    # Supervised, run by ``rlinf-trainer train`` without envs (its class says ``standalone``).
+    "reward_classifier": ("trainer.reward_training", "RewardClassifierTraining"),
 }
 
 
