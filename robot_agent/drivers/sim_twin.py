@@ -33,6 +33,9 @@ class SimTwinConfig:
     # True: the state also carries the task's object poses, standing in for a perception module
     # (lets state policies learn on the twin; a real arm shows proprioception only).
     privileged_state: bool = False
+    # False: reward 0 and never success or terminated, as a real arm reports (the trainer's reward
+    # source, e.g. a success classifier, has to judge the episode).
+    report_reward: bool = True
 
 
 class SimTwinDriver(RobotDriver):
@@ -68,7 +71,7 @@ class SimTwinDriver(RobotDriver):
         self.spec = dataclasses.replace(
             self.env.env_spec, max_episode_steps=horizon, metadata={**self.env.env_spec.metadata, "twin": "1"}
         )
-        self.capabilities = DriverCapabilities(reset=True, reward=True, gripper=True)
+        self.capabilities = DriverCapabilities(reset=True, reward=self.config.report_reward, gripper=True)
         self.arms = (ArmScaling(env_config.max_translation_m, env_config.max_rotation_rad),)
         self._hold_action = np.zeros(self.spec.action.dim, dtype=np.float32)
         self._obs: dict | None = None
@@ -96,6 +99,8 @@ class SimTwinDriver(RobotDriver):
         self._hold_action[-1] = action[-1]
         if info.get("physics_unstable"):
             return StepOutcome(reward=0.0, truncated=True)
+        if not self.config.report_reward:
+            return StepOutcome()
         return StepOutcome(float(reward), bool(terminated), False, bool(info.get("success", False)))
 
     def hold(self) -> None:

@@ -182,3 +182,80 @@ def test_rlpd_keeps_a_humans_takeovers_on_a_robot_as_demonstrations(tmp_path):
     assert np.all(actions[:, 6] >= -1e-6) and np.mean(np.isclose(actions[:, 6], 1.0)) > 0.5
     _, _, frames = dataset(tmp_path / "ds")
     assert int(frames["intervention"].sum()) >= size
+
+
+def height_classifier(tmp_path: Path, spec, z0: float = 0.0) -> Path:
+    """A classifier on the state alone that calls a frame successful when the TCP is above ``z0``
+    (the twin's home height): a stand-in for a trained one, to test the plumbing end to end."""
+    import torch
+
+    from policies.reward import ClassifierConfig, SuccessClassifier
+
+    classifier = SuccessClassifier(spec, ClassifierConfig(cameras=[], use_state=True, hidden_sizes=[]))
+    z = spec.state_slices()["tcp_pos"].start + 2
+    linear = classifier.head[0]
+    with torch.no_grad():
+        linear.weight.zero_()
+        linear.weight[0, z] = 400.0
+        linear.bias.fill_(-400.0 * z0)
+    classifier.save(tmp_path / "classifier")
+    return tmp_path / "classifier"
+
+
+def test_a_classifier_rewards_and_ends_episodes_of_a_twin_that_hides_its_reward(tmp_path):
+    import sim_envs
+
+    env = sim_envs.make("rlinf/FrankaReach-v0", cameras=(), action_rotation=True, privileged_state=False)
+    obs, _ = env.reset(seed=0)
+    home_z = float(obs["state"][env.env_spec.state_slices()["tcp_pos"]][2])
+    classifier = height_classifier(tmp_path, env.env_spec, home_z)
+    env.close()
+    config = train_config(tmp_path, "train.min_robots=1", "reward.source=classifier",
+                          f"reward.classifier={classifier}", "reward.consecutive_frames=2")  # fmt: skip
+    started, link, outcome = threading.Event(), {}, {}
+
+    def on_started(server) -> None:
+        link["server"] = server
+        started.set()
+
+    thread = threading.Thread(target=lambda: outcome.setdefault("p", train(config, on_started)), daemon=True)
+    thread.start()
+    assert started.wait(30)
+    hidden = {**TWIN, "report_reward": False}
+    agent = start_agent(link["server"].port, tmp_path / "spool", robot_id="r", driver=hidden)
+    try:
+        thread.join(240)
+        assert not thread.is_alive(), "training did not finish"
+    finally:
+        agent.stop()
+    rows = metrics(tmp_path / "serve" / "train")
+    robot = [row for row in rows if row.get("source/robot:r/episodes")]
+    assert robot, rows[-1].keys()
+    # The twin reports 0 reward and never success; every robot reward and success is the classifier's,
+    # and its successes end episodes before the 8-step horizon.
+    assert max(row["source/robot:r/success_rate"] for row in robot) > 0
+    assert max(row["source/robot:r/return_mean"] for row in robot) >= 1.0
+    assert min(row["source/robot:r/episode_length"] for row in robot) < 8
+
+
+def test_a_classifier_for_another_spec_is_refused(tmp_path):
+    from trainer.server.reward_source import reward_factory
+
+    spec = sim_envs_spec(privileged_state=True)
+    classifier = height_classifier(tmp_path, spec)
+    config = train_config(tmp_path, "reward.source=classifier", f"reward.classifier={classifier}")
+    with pytest.raises(ValueError, match=r"reward\.classifier=.* reads state fields .*, the robots give"):
+        reward_factory(config.reward, sim_envs_spec(privileged_state=False))
+    with pytest.raises(ConfigError, match=r"needs reward\.classifier"):
+        train_config(tmp_path, "reward.source=classifier")
+    with pytest.raises(ConfigError, match=r"reward\.source must be one of"):
+        train_config(tmp_path, "reward.source=oracle")
+
+
+def sim_envs_spec(**kwargs):
+    import sim_envs
+
+    env = sim_envs.make("rlinf/FrankaReach-v0", cameras=(), action_rotation=True, **kwargs)
+    spec = env.env_spec
+    env.close()
+    return spec

@@ -111,6 +111,25 @@ class DaggerSection:
 POOL_ALGORITHMS = ("ppo", "sac", "rlpd")
 
 
+REWARD_SOURCES = ("env", "classifier", "human")
+
+
+@dataclass
+class RewardSection:
+    """Where a robot's rewards come from in ``train`` mode.
+
+    ``env``: the agent's own (a sim twin's task reward; a real arm reports 0). ``classifier``: a
+    success classifier (``rlinf-trainer train --config reward_classifier``) judges every frame; reward 1
+    and the episode ends once ``consecutive_frames`` frames in a row score above the threshold.
+    ``human``: the teleop device's success/failure label ends the episode with reward 1 or 0.
+    """
+
+    source: str = "env"
+    classifier: str = ""  # the classifier folder (a reward_classifier run's classifier/)
+    threshold: float = 0.0  # 0: the classifier's own
+    consecutive_frames: int = 3
+
+
 @dataclass
 class ServeConfig:
     server: ServerSection = field(default_factory=ServerSection)
@@ -119,6 +138,7 @@ class ServeConfig:
     eval: EvalSection = field(default_factory=EvalSection)
     train: TrainSection = field(default_factory=TrainSection)
     dagger: DaggerSection = field(default_factory=DaggerSection)
+    reward: RewardSection = field(default_factory=RewardSection)
     log_dir: str = "runs/serve"  # TensorBoard figures per robot
 
 
@@ -145,6 +165,7 @@ def load_serve_config(path: str | None, overrides: list[str] | None = None) -> S
                 f"{training.cluster.placement!r}: the robots join the env pool in this process, which "
                 "the Ray placements do not drive (they would train on sim envs alone)"
             )
+        check_reward(config.reward)
         if min(config.train.sim_weight, config.train.robot_weight) < 0:
             raise ConfigError("train.sim_weight and train.robot_weight must be >= 0")
     if config.server.mode == "eval" and not is_saved_policy(config.eval.policy_path):
@@ -163,6 +184,18 @@ def load_serve_config(path: str | None, overrides: list[str] | None = None) -> S
 def is_saved_policy(path: str) -> bool:
     """A ``Policy.save`` folder (or an older single-file policy)."""
     return bool(path) and ((Path(path) / "policy.json").is_file() or Path(path).is_file())
+
+
+def check_reward(reward: RewardSection) -> None:
+    if reward.source not in REWARD_SOURCES:
+        raise ConfigError(f"reward.source must be one of {REWARD_SOURCES}, got {reward.source!r}")
+    if reward.source == "classifier" and not (Path(reward.classifier) / "classifier.json").is_file():
+        raise ConfigError(
+            f"reward.source=classifier needs reward.classifier, a trained classifier folder (a "
+            f"reward_classifier run's classifier/); got {reward.classifier!r}"
+        )
+    if reward.consecutive_frames < 1 or not 0.0 <= reward.threshold < 1.0:
+        raise ConfigError("reward.consecutive_frames must be >= 1 and reward.threshold in [0, 1)")
 
 
 def check_dagger(config: ServeConfig) -> None:

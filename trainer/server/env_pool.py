@@ -16,17 +16,18 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import numpy as np
 
-from protos import robot_link_pb2 as pb
 from protos.batch import ChunkResult, EpisodeSummary, VectorEnv, concat_obs, select_row, stack_obs
 from protos.env_spec import EnvSpec, spec_mismatch
 from trainer.server.link_server import LinkServer
 from trainer.server.remote_env import RemoteRobotEnv
+from trainer.server.reward_source import NOTHING_YET, EnvRewards, JudgedStep, RobotRewards
 from trainer.server.session import RobotUnavailable
 
 log = logging.getLogger(__name__)
@@ -39,6 +40,8 @@ class _RobotSlot:
     episode_return: float = 0.0
     episode_length: int = 0
     episodes: int = 0
+    rewards: RobotRewards = field(default_factory=EnvRewards)  # reward.source: judges each step
+    last: JudgedStep = NOTHING_YET  # the newest judged step of the episode
 
 
 class EnvPool:
@@ -47,7 +50,7 @@ class EnvPool:
     def __init__(
         self, sim: VectorEnv, server: LinkServer | None = None, loop: asyncio.AbstractEventLoop | None = None,
         weights: dict[str, float] | None = None, step_timeout_s: float = 10.0, seed: int = 0,
-        sim_recorder=None,
+        sim_recorder=None, rewards: Callable[[], RobotRewards] = EnvRewards,
     ) -> None:  # fmt: skip
         self.sim, self.server, self.loop = sim, server, loop
         self.spec: EnvSpec = sim.spec
@@ -57,6 +60,7 @@ class EnvPool:
             raise ValueError(f"weights are by source kind ('sim', 'robot'); unknown {sorted(unknown)}")
         self.step_timeout_s = step_timeout_s
         self.sim_recorder = sim_recorder  # a SimEpisodeRecorder, or None
+        self.make_rewards = rewards  # one RobotRewards per robot slot (reward.source)
         self._sim_obs: dict[str, Any] | None = None
         self.decoder = ThreadPoolExecutor(4, thread_name_prefix="frame-decode")
         self.robot_threads = ThreadPoolExecutor(8, thread_name_prefix="robot-step")
@@ -105,7 +109,7 @@ class EnvPool:
                 self._refused[robot_id] = problem
                 continue
             env = RemoteRobotEnv(self.server, self.loop, robot_id, self.decoder, self.step_timeout_s)
-            self.robots.append(_RobotSlot(env))
+            self.robots.append(_RobotSlot(env, rewards=self.make_rewards()))
             added.append(robot_id)
             log.info("robot %s joined the pool (slot %d)", robot_id, self.num_envs - 1)
         return added
@@ -163,6 +167,8 @@ class EnvPool:
             log.warning("robot %s could not start an episode (%s); its slot sits out", slot.env.robot_id, exc)
             slot.obs = None
         slot.episode_return, slot.episode_length = 0.0, 0
+        slot.rewards.begin()
+        slot.last = NOTHING_YET
 
     def _robot_chunk(self, slot: _RobotSlot, actions: np.ndarray) -> ChunkResult:
         """One robot's chunk as a one-env result (a dead slot plays nothing: every step invalid)."""
@@ -189,34 +195,48 @@ class EnvPool:
             log.warning("robot %s: episode aborted mid-chunk; it is not trained on", slot.env.robot_id)
             slot.obs, out.aborted = None, [0]
             return out
-        played = len(outcome.observations)
+        self._judge(slot, outcome, out)
+        return out
+
+    def _judge(self, slot: _RobotSlot, outcome, out: ChunkResult) -> None:
+        """Fill ``out`` from the played steps, with rewards and success from the slot's reward source;
+        the episode ends where the robot ended it or where the source judged it over."""
+        judge = slot.rewards
+        frames = (
+            [self._select(slot.env.decode(o)) for o in outcome.observations] if judge.needs_frames else []
+        )
+        played, judged_end = len(outcome.observations), False
         for k, observation in enumerate(outcome.observations):
             transition = observation.transition
-            out.rewards[0, k], out.success[0, k], out.valid[0, k] = (
-                transition.reward,
-                transition.success,
-                True,
-            )
-            out.intervened[0, k] = transition.intervened
+            slot.last = judge.judge(frames[k] if frames else None, transition)
+            out.rewards[0, k], out.success[0, k] = slot.last.reward, slot.last.success
+            out.valid[0, k], out.intervened[0, k] = True, transition.intervened
             if len(transition.executed_action) == self.spec.action.dim:
                 out.executed[0, k] = transition.executed_action
+            if slot.last.ends_episode:  # the source judged the episode over: later steps are not used
+                played, judged_end = k + 1, True
+                break
+        if played:
+            last_obs = outcome.observations[played - 1]
+            slot.obs = frames[played - 1] if frames else self._select(slot.env.decode(last_obs))
+            out.obs = stack_obs([slot.obs])
+        if judged_end or outcome.end is not None:
+            k = max(played - 1, 0)
+            robot_terminated = bool(outcome.observations[k].transition.terminated) if played else False
+            if not judged_end:
+                slot.last = judge.at_end(outcome.end, slot.last)
+                if played:
+                    out.rewards[0, k] = slot.last.reward  # a human's label pays at the end
+            out.terminated[0, k] = judged_end or robot_terminated
+            out.truncated[0, k] = not out.terminated[0, k]
+            out.final_obs = [select_row(out.obs, 0)]
         slot.episode_return += float(out.rewards.sum())
         slot.episode_length += played
-        if played:
-            slot.obs = self._select(slot.env.decode(outcome.observations[-1]))
-            out.obs = stack_obs([slot.obs])
-        if outcome.end is not None:
-            last = outcome.observations[-1].transition if played else pb.Transition()
-            k = max(played - 1, 0)
-            out.terminated[0, k] = bool(last.terminated)
-            out.truncated[0, k] = not last.terminated
-            out.final_obs = [select_row(out.obs, 0)]
-            success = bool(outcome.end.success or last.success)
-            out.finished = [EpisodeSummary(0, slot.episode_return, slot.episode_length, success)]
+        if judged_end or outcome.end is not None:
+            out.finished = [EpisodeSummary(0, slot.episode_return, slot.episode_length, slot.last.success)]
             slot.episodes += 1
-            self._reset_robot(slot, None)
+            self._reset_robot(slot, None)  # a new START ends the robot's running episode first
             out.obs = stack_obs([slot.obs if slot.obs is not None else self._blank_obs()])
-        return out
 
     def _select(self, obs: dict[str, Any]) -> dict[str, Any]:
         """The robot's observation with just the cameras the sim envs have."""

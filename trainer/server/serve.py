@@ -85,6 +85,7 @@ def train(config: ServeConfig, on_started=None):
     from trainer.runner import Runner, make_sim_envs
     from trainer.server.config import training_config
     from trainer.server.env_pool import EnvPool
+    from trainer.server.reward_source import reward_factory
     from trainer.server.sim_recorder import SimEpisodeRecorder
 
     training = training_config(config)
@@ -105,8 +106,9 @@ def train(config: ServeConfig, on_started=None):
             if config.data.sim_record_dir:
                 recorder = SimEpisodeRecorder(config.data.sim_record_dir, sim.spec, sim.num_envs,
                                               link.store_executor, config.data.video_format())  # fmt: skip
+            rewards = reward_factory(config.reward, sim.spec)
             return EnvPool(sim, link, thread.loop, weights, config.train.step_timeout_s, seed=cfg.run.seed,
-                           sim_recorder=recorder)  # fmt: skip
+                           sim_recorder=recorder, rewards=rewards)  # fmt: skip
 
         return Runner(training, resume_dir=resume, make_envs=make_envs).run()
     finally:
