@@ -56,3 +56,22 @@ def test_a_policy_answer_that_the_agent_recorded_is_not_overwritten():
 
     asyncio.run(scenario())
     np.testing.assert_allclose(robot.recent[1].transition.policy_action, [0.1] * 7)
+
+
+def test_frame_age_and_safety_events_from_the_agent_reach_the_session_and_the_table():
+    from trainer.server.console import safety_summary
+
+    robot = session()
+    clipped = pb.Transition(safety_events=["clipped:workspace", "clipped:speed"])
+
+    async def scenario():
+        for seq in range(3):
+            obs = observation(seq, seq, clipped if seq else None)
+            obs.mono_ns = 1_000_000_000 + seq * 50_000_000
+            obs.frames.add(camera="front", capture_mono_ns=obs.mono_ns - 12_000_000)  # 12 ms old
+            await robot.on_observation(obs)
+
+    asyncio.run(scenario())
+    assert list(robot.stats.frame_age_ms) == [12.0, 12.0, 12.0]
+    assert robot.stats.safety_events == {"clipped:workspace": 2, "clipped:speed": 2}
+    assert safety_summary(robot.stats.safety_events) == "clipped:workspace 2, clipped:speed 2"

@@ -10,6 +10,11 @@ import numpy as np
 from trainer.server.link_server import LinkServer
 
 
+def safety_summary(events) -> str:
+    """The two most frequent safety events of a robot, e.g. ``clipped:workspace 12, held:no_action 3``."""
+    return ", ".join(f"{event} {count}" for event, count in events.most_common(2)) or "-"
+
+
 class Console:
     """A live table of the connected robots (rich), plus the same figures in TensorBoard."""
 
@@ -27,18 +32,32 @@ class Console:
         from rich.table import Table
 
         table = Table(title="robots")
-        for column in ("robot", "kind", "state", "rate Hz", "reply ms p50", "episodes", "errors"):
+        columns = (
+            "robot",
+            "kind",
+            "state",
+            "rate Hz",
+            "reply ms p50",
+            "frame age ms",
+            "episodes",
+            "safety",
+            "errors",
+        )
+        for column in columns:
             table.add_column(column)
         for session in self.server.sessions.values():
-            replies = list(session.stats.reply_ms)
+            stats = session.stats
+            replies, ages = list(stats.reply_ms), list(stats.frame_age_ms)
             table.add_row(
                 session.robot_id,
                 session.robot_kind,
                 session.state,
-                f"{session.stats.rate_hz():.1f}",
+                f"{stats.rate_hz():.1f}",
                 f"{np.median(replies):.1f}" if replies else "-",
-                str(session.stats.episodes_stored),
-                str(session.stats.errors),
+                f"{np.median(ages):.1f}" if ages else "-",
+                str(stats.episodes_stored),
+                safety_summary(stats.safety_events),
+                str(stats.errors),
             )
         return table
 
@@ -51,6 +70,11 @@ class Console:
                     tag = f"robots/{session.robot_id}"
                     self.writer.add_scalar(f"{tag}/rate_hz", session.stats.rate_hz(), self.ticks)
                     self.writer.add_scalar(f"{tag}/episodes", session.stats.episodes_stored, self.ticks)
+                    if session.stats.frame_age_ms:
+                        age = float(np.median(session.stats.frame_age_ms))
+                        self.writer.add_scalar(f"{tag}/frame_age_ms_p50", age, self.ticks)
+                    for event, count in session.stats.safety_events.items():
+                        self.writer.add_scalar(f"{tag}/safety/{event}", count, self.ticks)
                     if session.stats.reply_ms:
                         self.writer.add_scalar(
                             f"{tag}/reply_ms_p50", float(np.median(session.stats.reply_ms)), self.ticks

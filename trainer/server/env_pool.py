@@ -109,7 +109,13 @@ class EnvPool:
                 self._refused[robot_id] = problem
                 continue
             env = RemoteRobotEnv(self.server, self.loop, robot_id, self.decoder, self.step_timeout_s)
-            self.robots.append(_RobotSlot(env, rewards=self.make_rewards()))
+            slot = _RobotSlot(env, rewards=self.make_rewards())
+            if slot.rewards.source == "env" and not session.capabilities.reward:
+                log.warning(
+                    "robot %s reports no reward (a real arm): with reward.source=env its episodes train "
+                    "on reward 0; set reward.source=classifier or human", robot_id,
+                )  # fmt: skip
+            self.robots.append(slot)
             added.append(robot_id)
             log.info("robot %s joined the pool (slot %d)", robot_id, self.num_envs - 1)
         return added

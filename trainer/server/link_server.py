@@ -173,6 +173,10 @@ class LinkServer:
             await old.close()
         session = RobotSession(register, spec)
         self.sessions[register.robot_id] = session
+        caps = register.capabilities
+        log.info("robot %s (%s) registered: reset %s, reward %s, gripper %s; %d spooled episodes to upload",
+                 register.robot_id, register.robot_kind, caps.reset, caps.reward, caps.gripper,
+                 len(register.unacked_episode_ids))  # fmt: skip
         assembler = self.assemblers.get(register.robot_id)
         if assembler is None or assembler.spec != spec:
             self.assemblers[register.robot_id] = EpisodeAssembler(register.robot_id, spec, self.sink)

@@ -6,7 +6,7 @@ import asyncio
 import secrets
 import time
 import uuid
-from collections import deque
+from collections import Counter, deque
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -33,6 +33,10 @@ class SessionStats:
     arrival_s: deque = field(default_factory=lambda: deque(maxlen=64))  # server clock, for the rate
     reply_ms: deque = field(default_factory=lambda: deque(maxlen=256))  # observation in -> chunk out
     reply_ms_all: deque = field(default_factory=lambda: deque(maxlen=100_000))
+    # capture -> send on the agent, from the frame's capture_mono_ns and the observation's mono_ns
+    # (one clock, the agent's): how old the frames are when they leave the robot.
+    frame_age_ms: deque = field(default_factory=lambda: deque(maxlen=256))
+    safety_events: Counter = field(default_factory=Counter)  # e.g. "clipped:workspace" -> count
 
     def rate_hz(self) -> float:
         if len(self.arrival_s) < 2:
@@ -68,6 +72,10 @@ class RobotSession:
     async def on_observation(self, obs: pb.Observation) -> None:
         now = time.monotonic()
         self.stats.observations += 1
+        for frame in obs.frames:
+            if frame.capture_mono_ns and obs.mono_ns >= frame.capture_mono_ns:
+                self.stats.frame_age_ms.append((obs.mono_ns - frame.capture_mono_ns) / 1e6)
+        self.stats.safety_events.update(obs.transition.safety_events)
         self.stats.arrival_s.append(now)
         self._received_at[obs.seq] = now
         if len(self._received_at) > 512:
