@@ -19,7 +19,6 @@ import threading
 import time
 import uuid
 from collections.abc import Callable
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -30,10 +29,11 @@ from protos.validation import ContractError
 from robot_agent.action_queue import ActionQueue, StaleChunk
 from robot_agent.config import AgentConfig
 from robot_agent.drivers.base import DriverError, RobotDriver
+from robot_agent.frame_encoder import FrameEncoder
 from robot_agent.log_limit import ReportLimiter
 from robot_agent.safety import SafetyFilter
 from robot_agent.spool import EpisodeSpool
-from robot_agent.teleop import TeleopLost, TeleopMapper
+from robot_agent.teleop_arbiter import TeleopArbiter
 from robot_agent.watchdog import Watchdog
 
 log = logging.getLogger(__name__)
@@ -83,11 +83,9 @@ class ControlLoop:
     ) -> None:
         self.driver, self.config, self.spool, self._send = driver, config, spool, send
         # A human device (robot_agent.teleop): it takes over from the policy while its reading says so.
-        self.teleop = teleop
-        self.teleop_mapper = None
         if teleop is not None:
-            self.teleop_mapper = TeleopMapper(driver.spec)
             teleop.bind(driver)
+        self.teleop = TeleopArbiter(teleop, driver.spec, on_hand_back=self._policy_resumes)
         self.spec = driver.spec
         self.period_s = 1.0 / self.spec.control_hz
         self.safety = SafetyFilter(self.spec, driver.arms, config.safety)
@@ -108,10 +106,9 @@ class ControlLoop:
         self._seq_lock = threading.Lock()
         self._episode: _Episode | None = None
         self._last_executed: np.ndarray | None = None
-        self._encoder = ThreadPoolExecutor(max(1, len(self.spec.cameras)), thread_name_prefix="jpeg")
+        self._encoder = FrameEncoder(len(self.spec.cameras), config.link.codec, config.link.jpeg_quality)
         self._thread: threading.Thread | None = None
         self._driver_error: str | None = None
-        self._human_driving = False
         self._advice: np.ndarray | None = None  # an expert's label for this tick while the policy drives
         # (tick, its transition): a tick the human drove before the policy's answer came. The answer
         # is still recorded if it arrives before the transition is sent with the next observation.
@@ -207,7 +204,7 @@ class ControlLoop:
         self._wake.set()
         if self._thread is not None:
             self._thread.join(timeout)
-        self._encoder.shutdown(wait=False)
+        self._encoder.close()
 
     def run(self) -> None:
         next_tick = time.monotonic()
@@ -316,35 +313,23 @@ class ControlLoop:
         """The human's action this tick, None when the policy drives, False when the device was lost
         while the human drove (the episode is aborted and the robot held)."""
         self._advice = None
-        if self.teleop is None or episode is None:
+        if episode is None:
             return None  # polled once per episode tick, so a replayed trace lines up with the steps
-        try:
-            reading = self.teleop.poll()
-        except TeleopLost as exc:
-            driving = self._human_driving or self.mode == pb.MODE_TELEOP
-            log.error("teleop device lost: %s", exc)
-            self.teleop = None
-            self._human_driving = False
-            if not driving:
-                return None  # the policy keeps driving; only the human's device is gone
+        tick = self.teleop.poll(self.mode == pb.MODE_TELEOP)
+        if tick.lost_while_driving:
             self._enter_hold("teleop device lost")
             self._end_episode(pb.EpisodeEvent.ABORTED, "teleop device lost while the human was driving")
             return False
-        if reading.label is not None and episode is not None:
-            episode.success = episode.success or reading.label == "success"
-            episode.ending = (pb.EpisodeEvent.ENDED, f"labelled {reading.label} by the operator")
-        driving = reading.takeover or self.mode == pb.MODE_TELEOP
-        if driving != self._human_driving:
-            log.info("human %s", "takes over" if driving else "gives back")
-            if not driving:
-                self.queue.clear()  # the policy restarts from a chunk answering the current pose
-                self.watchdog.feed()
-        self._human_driving = driving
-        if driving:
-            return self.teleop_mapper.to_action(reading)
-        if reading.advice:
-            self._advice = self.teleop_mapper.to_action(reading)
-        return None
+        if tick.label is not None:
+            episode.success = episode.success or tick.label == "success"
+            episode.ending = (pb.EpisodeEvent.ENDED, f"labelled {tick.label} by the operator")
+        self._advice = tick.advice
+        return tick.action
+
+    def _policy_resumes(self) -> None:
+        """The human handed back: the policy restarts from a chunk answering the current pose."""
+        self.queue.clear()
+        self.watchdog.feed()
 
     def _execute(
         self, action: np.ndarray, observation: pb.Observation, episode: _Episode,
@@ -390,7 +375,7 @@ class ControlLoop:
     def _observe(self) -> pb.Observation:
         reading = self.driver.observe()
         mono, wall = link_codec.now_ns()
-        frames = self._encode(reading.images, reading.capture_ns)
+        frames = self._encoder.encode(reading.images, reading.capture_ns)
         self.stats.encode_ms.append((time.monotonic_ns() - mono) / 1e6)
         episode = self._episode
         msg = pb.Observation(
@@ -418,17 +403,6 @@ class ControlLoop:
                 self._sent_mono.popitem(last=False)
         self._send(pb.AgentMessage(observation=msg))
         return msg
-
-    def _encode(self, images: dict[str, np.ndarray], stamps: dict[str, int]) -> list[pb.Frame]:
-        link = self.config.link
-        futures = [
-            self._encoder.submit(link_codec.encode_frame, name, image, link.codec, link.jpeg_quality)
-            for name, image in images.items()
-        ]
-        frames = [f.result() for f in futures]
-        for frame in frames:
-            frame.capture_mono_ns = stamps.get(frame.camera, 0)
-        return frames
 
     # -- commands, episodes, hold ------------------------------------------------------------------
     def _apply_command(self, command: pb.Command) -> None:
@@ -467,8 +441,7 @@ class ControlLoop:
         self._last_executed = None
         with self._seq_lock:
             self._awaiting_policy = None
-        if self.teleop is not None:
-            self.teleop.start_episode()
+        self.teleop.start_episode()
         self.watchdog.feed()
         self._send(
             pb.AgentMessage(
