@@ -27,29 +27,43 @@ ACTIVATIONS = {"tanh": nn.Tanh, "relu": nn.ReLU}
 
 
 class ObservationEncoder(nn.Module):
-    """Normalised state, plus one CNN feature vector per configured camera, concatenated."""
+    """Normalised state (unless ``use_state`` is off), plus one CNN feature vector per listed camera,
+    concatenated."""
 
-    def __init__(self, spec: EnvSpec, cfg: PolicyConfig) -> None:
+    def __init__(
+        self,
+        spec: EnvSpec,
+        cameras: list[str],
+        cnn_channels: list[int],
+        cnn_features: int,
+        normalize_state: bool = True,
+        use_state: bool = True,
+    ) -> None:
         super().__init__()
-        self.normalize = cfg.normalize_state
+        self.normalize, self.use_state = normalize_state, use_state
         self.state_norm = RunningNormalizer(spec.state_dim)
-        self.cameras = list(cfg.cameras) if cfg.kind == "cnn" else []
+        self.cameras = list(cameras)
         for name in self.cameras:
             if name not in spec.camera_names:
-                raise ValueError(
-                    f"policy camera {name!r} is not in the env's cameras {list(spec.camera_names)}"
-                )
+                raise ValueError(f"camera {name!r} is not in the env's cameras {list(spec.camera_names)}")
         self.image_encoders = nn.ModuleDict(
             {
-                name: ImageEncoder(tuple(cfg.cnn_channels), cfg.cnn_features, spec.camera(name).shape[:2])
+                name: ImageEncoder(tuple(cnn_channels), cnn_features, spec.camera(name).shape[:2])
                 for name in self.cameras
             }
         )
-        self.out_dim = spec.state_dim + cfg.cnn_features * len(self.cameras)
+        self.out_dim = (spec.state_dim if use_state else 0) + cnn_features * len(self.cameras)
+
+    @classmethod
+    def for_policy(cls, spec: EnvSpec, cfg: PolicyConfig) -> ObservationEncoder:
+        cameras = list(cfg.cameras) if cfg.kind == "cnn" else []
+        return cls(spec, cameras, cfg.cnn_channels, cfg.cnn_features, cfg.normalize_state)
 
     def forward(self, obs: dict[str, Any]) -> torch.Tensor:
-        state = obs["state"]
-        features = [self.state_norm(state) if self.normalize else state]
+        features = []
+        if self.use_state:
+            state = obs["state"]
+            features.append(self.state_norm(state) if self.normalize else state)
         features += [self.image_encoders[name](obs["images"][name]) for name in self.cameras]
         return torch.cat(features, dim=-1)
 
@@ -64,7 +78,7 @@ class GaussianActorCritic(Policy):
         self.action_dim = spec.action.dim
         out = cfg.chunk_size * self.action_dim
         act = ACTIVATIONS[cfg.activation]
-        self.encoder = ObservationEncoder(spec, cfg)
+        self.encoder = ObservationEncoder.for_policy(spec, cfg)
         self.actor = mlp([self.encoder.out_dim, *cfg.hidden_sizes], act)
         self.actor_act = act()
         self.mean_head = nn.Linear(cfg.hidden_sizes[-1], out)

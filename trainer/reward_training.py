@@ -180,7 +180,7 @@ def train_reward_classifier(cfg: RewardClassifierConfig, spec: EnvSpec, run_dir:
     states = torch.as_tensor(data.states)
     images = {c: torch.as_tensor(v) for c, v in data.images.items()}
     labels = torch.as_tensor(data.labels)
-    classifier.state_norm.update(states[train_rows])
+    classifier.encoder.state_norm.update(states[train_rows])
     optimizer = torch.optim.Adam(classifier.parameters(), lr=cfg.learning_rate)
     steps = cfg.epochs * max(1, len(train_rows) // cfg.batch_size)
     losses = []

@@ -16,9 +16,9 @@ import torch
 from safetensors.torch import load_file, save_file
 from torch import nn
 
+from policies.actor_critic import ObservationEncoder
 from policies.base import WEIGHTS_FILE, to_tensors
-from policies.encoders import ImageEncoder, mlp
-from policies.normalization import RunningNormalizer
+from policies.encoders import mlp
 from protos import EnvSpec
 from protos.atomic_files import commit_folder
 
@@ -49,20 +49,10 @@ class SuccessClassifier(nn.Module):
     def __init__(self, spec: EnvSpec, cfg: ClassifierConfig) -> None:
         super().__init__()
         self.spec, self.cfg = spec, cfg
-        for name in cfg.cameras:
-            if name not in spec.camera_names:
-                raise ValueError(
-                    f"classifier camera {name!r} is not in the spec's cameras {list(spec.camera_names)}"
-                )
-        self.image_encoders = nn.ModuleDict(
-            {
-                name: ImageEncoder(tuple(cfg.cnn_channels), cfg.cnn_features, spec.camera(name).shape[:2])
-                for name in cfg.cameras
-            }
+        self.encoder = ObservationEncoder(
+            spec, cfg.cameras, cfg.cnn_channels, cfg.cnn_features, use_state=cfg.use_state
         )
-        self.state_norm = RunningNormalizer(spec.state_dim)
-        width = cfg.cnn_features * len(cfg.cameras) + (spec.state_dim if cfg.use_state else 0)
-        self.head = mlp([width, *cfg.hidden_sizes, 1], nn.ReLU)
+        self.head = mlp([self.encoder.out_dim, *cfg.hidden_sizes, 1], nn.ReLU)
 
     @property
     def device(self) -> torch.device:
@@ -70,11 +60,7 @@ class SuccessClassifier(nn.Module):
 
     def logits(self, obs: dict[str, Any]) -> torch.Tensor:
         """[B] success logits."""
-        obs = to_tensors(obs, self.device)
-        features = [self.image_encoders[name](obs["images"][name]) for name in self.cfg.cameras]
-        if self.cfg.use_state:
-            features.append(self.state_norm(obs["state"]))
-        return self.head(torch.cat(features, dim=-1)).squeeze(-1)
+        return self.head(self.encoder(to_tensors(obs, self.device))).squeeze(-1)
 
     @torch.no_grad()
     def probability(self, obs: dict[str, Any]) -> torch.Tensor:

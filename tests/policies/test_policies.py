@@ -83,7 +83,7 @@ def test_bad_policy_configs():
     with pytest.raises(ValueError, match="needs at least one camera"):
         PolicyConfig(kind="cnn")
     env = sim_envs.make("rlinf/FrankaReach-v0", cameras=())
-    with pytest.raises(ValueError, match="policy camera 'front' is not in the env's cameras"):
+    with pytest.raises(ValueError, match="camera 'front' is not in the env's cameras"):
         make_policy(env.env_spec, PolicyConfig(kind="cnn", cameras=["front"]))
 
 
