@@ -50,3 +50,28 @@ def test_train_bad_input_is_one_line(tmp_path):
         assert last.startswith("error:") and message in last, (args, last)
         assert "Traceback" not in result.stderr
     assert not (tmp_path / "a").exists() and not (tmp_path / "b").exists()  # no half-made run directory
+
+
+def test_rollout_plays_a_checkpoint_with_its_runs_env_config_and_any_tasks_expert(tmp_path):
+    from trainer.checkpoint import POLICY_DIR, latest_checkpoint
+    from trainer.configs import load_config
+    from trainer.runner import Runner
+
+    overrides = ["env.num_envs=2", "env.backend=inline", "policy.hidden_sizes=[16]", "run.total_env_steps=100",
+                 "run.eval_every=0", f"run.output_dir={tmp_path / 'run'}",
+                 "env.kwargs={cameras: [], action_rotation: false, max_episode_steps: 10}"]  # fmt: skip
+    Runner(load_config("ppo_reach", overrides)).run()
+    policy = latest_checkpoint(tmp_path / "run") / POLICY_DIR
+    args = ["rollout", "--env", "rlinf/FrankaReach-v0", "--episodes", "1"]
+    played = run_cli("rlinf-trainer", *args, "--policy", str(policy), "--out", str(tmp_path / "a"))
+    assert played.returncode == 0, played.stderr
+    assert json.loads((tmp_path / "a" / "summary.json").read_text())["policy"] == str(policy)
+    expert = run_cli("rlinf-trainer", *args, "--out", str(tmp_path / "b"))  # scripted, not only pick-lift
+    assert (
+        expert.returncode == 0
+        and json.loads((tmp_path / "b" / "summary.json").read_text())["success_rate"] == 1.0
+    )
+    wrong = run_cli("rlinf-trainer", *args, "--policy", str(tmp_path), "--out", str(tmp_path / "c"))
+    assert (
+        wrong.returncode == 2 and "is not a saved policy" in wrong.stderr and "Traceback" not in wrong.stderr
+    )

@@ -37,10 +37,13 @@ def _train(args: argparse.Namespace) -> int:
             return _train_reward_classifier(config)
         runner = Runner(config)
     print(f"run directory: {runner.run_dir}")
+    from trainer.stop_signals import Stopped, stop_signals_interrupt
+
     try:
-        progress = runner.run()
-    except KeyboardInterrupt:
-        return 130
+        with stop_signals_interrupt():
+            progress = runner.run()
+    except Stopped as stopped:
+        return 128 + stopped.signal
     print(
         f"done: {progress.iteration} iterations, {progress.env_steps} env steps in {progress.wall_s:.0f} s; outputs in {runner.run_dir}"
     )
@@ -83,7 +86,12 @@ def _serve(args: argparse.Namespace) -> int:
         print(
             "rlinf-trainer serve: WARNING: --insecure: no TLS and no token on the robot link", file=sys.stderr
         )
+    from trainer.stop_signals import stop_signals_interrupt
+
     try:
+        if config.server.mode in ("train", "dagger"):  # SIGTERM checkpoints as Ctrl-C does
+            with stop_signals_interrupt():
+                return main(config)
         return main(config)
     except (AuthConfigError, OSError, DaggerError) as exc:
         print(f"rlinf-trainer serve: {exc}", file=sys.stderr)
@@ -130,7 +138,9 @@ def build_parser() -> argparse.ArgumentParser:
 
     rollout = sub.add_parser("rollout", help="play a random or scripted policy and save frames")
     rollout.add_argument("--env", default="rlinf/FrankaPickLift-v0")
-    rollout.add_argument("--policy", choices=("random", "scripted"), default="scripted")
+    rollout.add_argument(
+        "--policy", default="scripted", help="random, scripted (the task's expert) or a saved policy folder"
+    )
     rollout.add_argument("--episodes", type=int, default=3)
     rollout.add_argument("--out", default="runs/rollout")
     rollout.add_argument("--seed", type=int, default=0)

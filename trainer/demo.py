@@ -1,6 +1,8 @@
-"""Play a fixed policy (random or scripted) in a sim env and save front-camera frames.
+"""Play a policy in a sim env and save the front camera: random actions, the task's scripted
+controller, or a saved policy (``--policy runs/<run>/checkpoints/step_N/policy``).
 
-The quickest end-to-end check that the sim, the controller and rendering work on a machine.
+The quickest end-to-end check that the sim, the controller and rendering work on a machine, and a
+way to watch what a checkpoint does.
 """
 
 from __future__ import annotations
@@ -8,8 +10,11 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import numpy as np
+
+FIXED_POLICIES = ("random", "scripted")
 
 
 @dataclass(frozen=True)
@@ -18,6 +23,17 @@ class RolloutResult:
     success_rate: float
     return_mean: float
     video_path: Path
+
+
+def saved_policy_env_kwargs(policy_dir: Path) -> dict[str, Any]:
+    """The env config a checkpoint's policy was trained with (its run's config.yaml), if there is one."""
+    import yaml
+
+    for folder in policy_dir.resolve().parents:
+        config = folder / "config.yaml"
+        if config.is_file() and (folder / "checkpoints").is_dir():
+            return dict((yaml.safe_load(config.read_text()).get("env") or {}).get("kwargs") or {})
+    return {}
 
 
 def run_rollout(
@@ -31,37 +47,44 @@ def run_rollout(
     from tqdm import tqdm
 
     import sim_envs
-    from sim_envs.scripted import ScriptedPickLift
+    from protos.batch import stack_obs
+    from protos.env_spec import spec_mismatch
+    from sim_envs.scripted import scripted_policy
 
-    env = sim_envs.make(env_id, cameras=("front",), image_height=128, image_width=128)
+    loaded, kwargs = None, {"cameras": ("front",), "image_height": 128, "image_width": 128}
+    if policy not in FIXED_POLICIES:
+        from policies import load_policy
+
+        loaded = load_policy(policy)  # a one-line error for what is not a saved policy
+        kwargs = saved_policy_env_kwargs(Path(policy))
+    env = sim_envs.make(env_id, render_mode="rgb_array", render_size=128, **kwargs)
+    if loaded is not None:
+        problem = spec_mismatch(loaded.spec, env.env_spec, f"the policy at {policy}")
+        if problem:
+            raise ValueError(problem)
+    scripted = scripted_policy(env.privileged_spec()) if policy == "scripted" else None
     rng = np.random.default_rng(seed)
-    if policy == "scripted":
-        if env.env_spec.metadata["task"] != "pick_lift":
-            raise ValueError(f"the scripted policy only solves rlinf/FrankaPickLift-v0, not {env_id}")
-        scripted = ScriptedPickLift(env.env_spec)
-    elif policy != "random":
-        raise ValueError(f"policy must be 'random' or 'scripted', got {policy!r}")
     out_dir.mkdir(parents=True, exist_ok=True)
     frames, returns, successes = [], [], []
-    total = episodes * env.max_episode_steps
-    with tqdm(total=total, desc=f"rollout {env_id}", unit="step") as bar:
+    with tqdm(total=episodes * env.max_episode_steps, desc=f"rollout {env_id}", unit="step") as bar:
         for episode in range(episodes):
             obs, _ = env.reset(seed=seed + episode)
-            if policy == "scripted":
+            if scripted is not None:
                 scripted.reset()
-            ret, success = 0.0, False
-            for _ in range(env.max_episode_steps):
-                if policy == "scripted":
-                    action = scripted.act(obs)
-                else:
-                    action = rng.uniform(-1, 1, env.env_spec.action.dim).astype(np.float32)
-                obs, reward, terminated, truncated, info = env.step(action)
-                frames.append(obs["images"]["front"])
+            ret, success, done, chunk = 0.0, False, False, []
+            while not done:
+                if scripted is not None:
+                    chunk = [scripted.act({"state": env.privileged_state()})]
+                elif loaded is not None and not chunk:
+                    chunk = list(loaded.act(stack_obs([obs]), mode="greedy").actions[0].cpu().numpy())
+                elif loaded is None:
+                    chunk = [rng.uniform(-1, 1, env.env_spec.action.dim).astype(np.float32)]
+                obs, reward, terminated, truncated, info = env.step(chunk.pop(0))
+                frames.append(env.render())
                 ret += reward
                 success |= info["success"]
                 bar.update(1)
-                if terminated or truncated:
-                    break
+                done = terminated or truncated
             returns.append(ret)
             successes.append(success)
             bar.set_postfix(success=f"{np.mean(successes):.2f}", ret=f"{np.mean(returns):.1f}")

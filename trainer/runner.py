@@ -77,6 +77,7 @@ class Runner:
         torch.manual_seed(config.run.seed)
         self.algo_cfg = algorithm_config(config)
         self.make_envs = make_envs or make_sim_envs
+        self.resume_hint = f"rlinf-trainer train --resume {self.run_dir}"  # serve says its own way
 
     def _build(self):
         cfg = self.config
@@ -140,7 +141,7 @@ class Runner:
             logger.close()
             if progress.iteration > saved_at:
                 path = save_checkpoint(self.run_dir, progress, policy, algorithm)
-                print(f"\ninterrupted: saved {path}; continue with --resume {self.run_dir}")
+                print(f"\ninterrupted: saved {path}; continue with {self.resume_hint}")
             venv.close()
             raise
         if progress.iteration > saved_at:

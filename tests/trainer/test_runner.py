@@ -87,7 +87,8 @@ def test_resume_with_another_policy_shape_says_so(tmp_path):
         Runner(changed, resume_dir=tmp_path).run()
 
 
-def test_ctrl_c_saves_a_checkpoint_and_the_run_resumes(tmp_path):
+@pytest.mark.parametrize("stop", [signal.SIGINT, signal.SIGTERM], ids=["ctrl-c", "sigterm"])
+def test_ctrl_c_or_sigterm_saves_a_checkpoint_and_the_run_resumes(tmp_path, stop):
     exe = Path(sys.executable).with_name("rlinf-trainer")
     args = [
         str(exe),
@@ -102,10 +103,11 @@ def test_ctrl_c_saves_a_checkpoint_and_the_run_resumes(tmp_path):
     deadline = time.time() + 120
     while time.time() < deadline and not (metrics.exists() and len(metrics.read_text().splitlines()) >= 2):
         time.sleep(0.2)
-    proc.send_signal(signal.SIGINT)
+    proc.send_signal(stop)
     output, _ = proc.communicate(timeout=60)
-    assert proc.returncode == 130, output
+    assert proc.returncode == 128 + stop, output
     assert "interrupted: saved" in output and "Traceback" not in output
+    assert f"rlinf-trainer train --resume {tmp_path}" in output
     checkpoint = latest_checkpoint(tmp_path)
     assert checkpoint is not None
     done_steps = int(checkpoint.name.split("_")[1])

@@ -22,6 +22,7 @@ from trainer.server.link_hosting import link_config, start_link, stop_link, wait
 from trainer.server.link_server import LinkServer
 from trainer.server.recorder import LeRobotEpisodeSink
 from trainer.server.robot_eval import Evaluation
+from trainer.stop_signals import exit_code
 
 log = logging.getLogger(__name__)
 
@@ -110,7 +111,9 @@ def train(config: ServeConfig, on_started=None):
             return EnvPool(sim, link, thread.loop, weights, config.train.step_timeout_s, seed=cfg.run.seed,
                            sim_recorder=recorder, rewards=rewards)  # fmt: skip
 
-        return Runner(training, resume_dir=resume, make_envs=make_envs).run()
+        runner = Runner(training, resume_dir=resume, make_envs=make_envs)
+        runner.resume_hint = "the same serve command with train.resume=true"
+        return runner.run()
     finally:
         stop_link(link, thread)
 
@@ -119,15 +122,15 @@ def main(config: ServeConfig) -> int:
     if config.server.mode == "dagger":
         try:
             rows = dagger(config)
-        except KeyboardInterrupt:
-            return 130
+        except KeyboardInterrupt as interrupt:
+            return exit_code(interrupt)
         log.info("dagger done: %d rounds", len(rows))
         return 0
     if config.server.mode == "train":
         try:
             progress = train(config)
-        except KeyboardInterrupt:
-            return 130
+        except KeyboardInterrupt as interrupt:
+            return exit_code(interrupt)
         log.info("training done: %d iterations, %d env steps", progress.iteration, progress.env_steps)
         return 0
 
