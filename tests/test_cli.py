@@ -75,3 +75,16 @@ def test_rollout_plays_a_checkpoint_with_its_runs_env_config_and_any_tasks_exper
     assert (
         wrong.returncode == 2 and "is not a saved policy" in wrong.stderr and "Traceback" not in wrong.stderr
     )
+
+
+def test_serve_on_a_port_in_use_is_one_line(tmp_path):
+    import socket
+
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        result = run_cli("rlinf-trainer", "serve", "--insecure", "server.host=127.0.0.1", f"server.port={port}",
+                         f"data.record_dir={tmp_path / 'ds'}", f"log_dir={tmp_path / 'log'}")  # fmt: skip
+    assert result.returncode == 2 and "Traceback" not in result.stderr, result.stderr
+    assert f"could not bind the robot link to 127.0.0.1:{port}" in result.stderr.strip().splitlines()[-1]

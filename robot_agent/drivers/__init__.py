@@ -33,7 +33,10 @@ def make_driver(kind: str, config: dict[str, Any] | None = None) -> RobotDriver:
     module_name, driver_name, config_name = DRIVERS[kind]
     module = importlib.import_module(module_name)
     config_obj = dataclass_from_dict(getattr(module, config_name), config or {}, where=f"{kind} config")
-    return getattr(module, driver_name)(config_obj)
+    try:
+        return getattr(module, driver_name)(config_obj)
+    except ValueError as exc:  # a value the driver cannot use (an unknown twin task, a bad preset)
+        raise UnknownDriverError(f"[driver] of {kind}: {' '.join(str(exc).split())}") from None
 
 
 __all__ = [

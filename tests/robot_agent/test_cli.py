@@ -40,6 +40,21 @@ def test_bad_input_is_a_one_line_error(args, message):
     assert "Traceback" not in result.stderr
 
 
+@pytest.mark.parametrize(
+    ("driver_section", "message"),
+    [
+        ('task = "juggle"', "[driver] of sim-twin: unknown task 'juggle'; known:"),
+        ('control_hz = "fast"', "sim-twin config.control_hz must be float, got 'fast'"),
+    ],
+)
+def test_a_bad_driver_value_is_a_one_line_error(tmp_path, driver_section, message):
+    (tmp_path / "robot.toml").write_text(f"[driver]\n{driver_section}\n")
+    result = run("connect", "--server", "127.0.0.1:1", "--robot", "sim-twin", "--insecure",
+                 "--robot-config", str(tmp_path / "robot.toml"))  # fmt: skip
+    assert result.returncode == 2 and message in result.stderr, result.stderr
+    assert "Traceback" not in result.stderr and len(result.stderr.strip().splitlines()) <= 2
+
+
 def test_an_unusable_spool_directory_is_one_line(tmp_path):
     (tmp_path / "file").write_text("not a directory")
     result = run(

@@ -106,12 +106,18 @@ class LinkServer:
             )
         address = f"{self.config.host}:{self.config.port}"
         credentials = self.config.auth.credentials()
-        if credentials is None:
-            self.port = self._server.add_insecure_port(address)
-        else:
-            self.port = self._server.add_secure_port(address, credentials)
+        try:
+            if credentials is None:
+                self.port = self._server.add_insecure_port(address)
+            else:
+                self.port = self._server.add_secure_port(address, credentials)
+        except RuntimeError:  # grpc's "Failed to bind" (newer grpcio raises instead of returning 0)
+            self.port = 0
         if self.port == 0:
-            raise OSError(f"could not bind the robot link to {address}")
+            raise OSError(
+                f"could not bind the robot link to {address} (in use by another process? pick another "
+                "server.port)"
+            )
         await self._server.start()
         await health.set(SERVICE_NAME, health_pb2.HealthCheckResponse.SERVING)
         await health.set("", health_pb2.HealthCheckResponse.SERVING)
