@@ -229,6 +229,7 @@ def main(argv: list[str] | None = None) -> int:
         level=logging.DEBUG if getattr(args, "verbose", False) else logging.INFO,
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",
     )
+    logging.getLogger("OpenGL").setLevel(logging.WARNING)  # PyOpenGL's import notes are not news
     if args.command == "connect":
         return connect(args)
     return teleop(args)

@@ -36,7 +36,6 @@ def _train(args: argparse.Namespace) -> int:
         if config.algorithm == "reward_classifier":
             return _train_reward_classifier(config)
         runner = Runner(config)
-    print(f"run directory: {runner.run_dir}")
     from trainer.stop_signals import Stopped, stop_signals_interrupt
 
     try:
@@ -124,12 +123,21 @@ def _view(args: argparse.Namespace) -> int:
     return 0
 
 
+def preset_names() -> list[str]:
+    """The YAML presets in trainer/configs/ (read without importing the trainer's heavy modules)."""
+    return sorted(p.stem for p in (Path(__file__).parent / "configs").glob("*.yaml"))
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="rlinf-trainer", description=__doc__)
     sub = parser.add_subparsers(dest="command", required=True)
 
     train = sub.add_parser("train", help="sim-only RL training run (default: PPO on FrankaPickLift, CPU)")
-    train.add_argument("--config", default=None, help="preset name in trainer/configs/ or a YAML path")
+    train.add_argument(
+        "--config",
+        default=None,
+        help=f"a preset ({', '.join(preset_names())}) or a YAML path (default ppo_pick_lift)",
+    )
     train.add_argument(
         "--resume", default=None, metavar="DIR", help="continue the run in DIR from its last checkpoint"
     )

@@ -38,7 +38,7 @@ class RunLogger:
             ):
                 self.writer.add_scalar(key.replace(".", "/"), value, step)
         self.writer.flush()
-        self.bar.update(step - self.bar.n)
+        self.bar.update(max(0, min(step, self.bar.total or step) - self.bar.n))  # never past the total
         postfix = {
             "success": metrics.get("success_rate"),
             "return": metrics.get("return_mean"),

@@ -105,6 +105,7 @@ class Runner:
         cfg = self.config
         venv, policy, algorithm = self._build()  # bad input fails here, before a run directory exists
         self.run_dir.mkdir(parents=True, exist_ok=True)
+        print(f"run directory: {self.run_dir}")
         save_config(cfg, self.run_dir / CONFIG_FILE)
         progress = Progress()
         checkpoint = latest_checkpoint(self.run_dir) if self.resume_dir else None
@@ -146,6 +147,7 @@ class Runner:
             raise
         if progress.iteration > saved_at:
             save_checkpoint(self.run_dir, progress, policy, algorithm)
+            prune_checkpoints(self.run_dir, cfg.run.keep_checkpoints)
         logger.close()
         venv.close()
         return progress

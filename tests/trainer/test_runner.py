@@ -157,3 +157,25 @@ def test_image_rlpd_runs_with_demos_from_a_privileged_twin(tmp_path):
     assert demos["state"].shape == (160, 22)
     assert demos["image.wrist"].shape == (160, 32, 32, 3)
     assert demos["reward"].max() == 1.0  # the scripted controller succeeded at least once
+
+
+def test_the_final_checkpoint_counts_against_keep_checkpoints(tmp_path):
+    config = load_config(
+        None, [*SMALL, f"run.output_dir={tmp_path}", "run.total_env_steps=1000", "run.eval_every=0"]
+    )
+    Runner(config).run()  # saves at iterations 2 and 4, and the final one at 5
+    assert sorted(p.name for p in (tmp_path / "checkpoints").iterdir()) == ["step_1000", "step_800"]
+
+
+def test_an_insecure_server_listens_on_loopback_unless_told_otherwise():
+    from trainer.server.config import load_serve_config
+    from trainer.server.link_hosting import link_config
+
+    assert link_config(load_serve_config(None, ["server.insecure=true"])).host == "127.0.0.1"
+    assert (
+        link_config(load_serve_config(None, ["server.insecure=true", "server.host=0.0.0.0"])).host
+        == "0.0.0.0"
+    )
+    from trainer.server.link_hosting import listen_host
+
+    assert listen_host(load_serve_config(None, []).server) == "0.0.0.0"  # with TLS: every interface

@@ -16,7 +16,7 @@ COLLECT_POLICIES = ("random", "hold")
 class ServerSection:
     """Where the robot link listens and how agents authenticate."""
 
-    host: str = "0.0.0.0"
+    host: str = ""  # "": every interface (0.0.0.0) with TLS, loopback only (127.0.0.1) when insecure
     port: int = 50051
     mode: str = "collect"
     token_file: str = ""

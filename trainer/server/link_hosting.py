@@ -29,10 +29,15 @@ def auth_from(config: ServeConfig) -> ServerAuthConfig:
     )
 
 
+def listen_host(server) -> str:
+    """``server.host``, or by default every interface with TLS and only loopback when insecure."""
+    return server.host or ("127.0.0.1" if server.insecure else "0.0.0.0")
+
+
 def link_config(config: ServeConfig) -> LinkServerConfig:
     server = config.server
     return LinkServerConfig(
-        host=server.host,
+        host=listen_host(server),
         port=server.port,
         auth=auth_from(config),
         max_session_bytes=server.max_session_bytes,

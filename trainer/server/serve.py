@@ -18,7 +18,7 @@ from pathlib import Path
 from trainer.server.collect import collect
 from trainer.server.config import ServeConfig
 from trainer.server.console import Console
-from trainer.server.link_hosting import link_config, start_link, stop_link, wait_for_robots
+from trainer.server.link_hosting import link_config, listen_host, start_link, stop_link, wait_for_robots
 from trainer.server.link_server import LinkServer
 from trainer.server.recorder import LeRobotEpisodeSink
 from trainer.server.robot_eval import Evaluation
@@ -39,7 +39,7 @@ async def serve(config: ServeConfig, stop: asyncio.Event, on_started=None) -> Li
         on_session = lambda session: collect(session, config, stop)  # noqa: E731
     server = LinkServer(link_config(config), sink=sink, on_session=on_session)
     port = await server.start()
-    log.info("serving robots on %s:%d (mode %s), recording to %s", config.server.host, port, config.server.mode,
+    log.info("serving robots on %s:%d (mode %s), recording to %s", listen_host(config.server), port, config.server.mode,
              config.data.record_dir)  # fmt: skip
     if on_started is not None:
         on_started(server)
@@ -63,7 +63,7 @@ def dagger(config: ServeConfig, on_started=None) -> list[dict]:
     from trainer.server.dagger import DaggerLoop
 
     link, thread = start_link(config)
-    log.info("serving robots on %s:%d (mode dagger: %d rounds), recording to %s", config.server.host,
+    log.info("serving robots on %s:%d (mode dagger: %d rounds), recording to %s", listen_host(config.server),
              link.port, config.dagger.rounds, config.data.record_dir)  # fmt: skip
     if on_started is not None:
         on_started(link)
@@ -94,7 +94,7 @@ def train(config: ServeConfig, on_started=None):
     resume = run_dir if config.train.resume and latest_checkpoint(run_dir) is not None else None
     link, thread = start_link(config)
     log.info("serving robots on %s:%d (mode train: %s on %s), recording robot episodes to %s",
-             config.server.host, link.port, training.algorithm, training.env.id, config.data.record_dir)  # fmt: skip
+             listen_host(config.server), link.port, training.algorithm, training.env.id, config.data.record_dir)  # fmt: skip
     if on_started is not None:
         on_started(link)
     try:
