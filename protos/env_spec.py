@@ -11,6 +11,7 @@ Actions are float32[action_dim] for one step or float32[chunk, action_dim] for a
 from __future__ import annotations
 
 import math
+import string
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -20,7 +21,10 @@ import numpy as np
 # Action kinds that envs and drivers understand.
 EE_DELTA_POSE_GRIPPER = "ee_delta_pose+gripper"
 JOINT_POSITION = "joint_position"
-ACTION_KINDS = (EE_DELTA_POSE_GRIPPER, JOINT_POSITION)
+BOX = "box"  # any bounded continuous action of an outside env (the gymnasium adapter); no robot runs it
+ACTION_KINDS = (EE_DELTA_POSE_GRIPPER, JOINT_POSITION, BOX)
+# The characters an instruction may use (a gymnasium Text space's charset in the envs' observation spaces).
+INSTRUCTION_CHARSET = string.ascii_letters + string.digits + " .,;:!?'-_/()"
 
 
 @dataclass(frozen=True)

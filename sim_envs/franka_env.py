@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import string
 import time
 from dataclasses import dataclass, field, fields, replace
 from typing import Any
@@ -21,6 +20,7 @@ from protos import (
     franka,
     validate_action,
 )
+from protos.env_spec import INSTRUCTION_CHARSET
 from sim_envs import panda_model
 from sim_envs.randomization import DomainRandomization, ModelRandomizer
 from sim_envs.rendering import make_renderer
@@ -29,7 +29,6 @@ from sim_envs.scene_view import FrankaSceneView
 from sim_envs.tasks import make_task
 
 CAMERAS = ("front", "wrist")
-INSTRUCTION_CHARSET = string.ascii_letters + string.digits + " .,;:!?'-_/()"
 # The TCP target is kept inside the Franka contract's box and within its lead of the TCP.
 WORKSPACE_LOW = np.array(franka.WORKSPACE_LOW)
 WORKSPACE_HIGH = np.array(franka.WORKSPACE_HIGH)

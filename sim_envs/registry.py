@@ -1,4 +1,9 @@
-"""Env ids and factories with one-line errors for unknown ids or config keys."""
+"""Env ids and factories with one-line errors for unknown ids or config keys.
+
+Our MuJoCo Franka tasks have ``rlinf/...`` ids. Any other id registered with gymnasium (after
+importing ``module``, the config key that names the module registering it) is built through the
+gymnasium adapter (:mod:`sim_envs.adapters.gymnasium`).
+"""
 
 from __future__ import annotations
 
@@ -10,21 +15,38 @@ ENV_IDS = {
     "rlinf/FrankaPickLift-v0": "pick_lift",
     "rlinf/FrankaPickColor-v0": "pick_color",
 }
+GYMNASIUM = "gymnasium"  # what check_env_id returns for an outside gymnasium env
 
 
 class UnknownEnvError(ValueError):
-    """The env id is not one of ours."""
+    """The env id is neither one of ours nor registered with gymnasium."""
 
 
-def check_env_id(env_id: str) -> str:
-    """The task behind ``env_id``, or an error listing the known ids."""
-    if env_id not in ENV_IDS:
-        raise UnknownEnvError(f"unknown env id {env_id!r}; known: {sorted(ENV_IDS)}")
-    return ENV_IDS[env_id]
+def check_env_id(env_id: str, module: str = "") -> str:
+    """The task behind ``env_id`` (``gymnasium`` for an outside env), or an error listing the known ids."""
+    if env_id in ENV_IDS:
+        return ENV_IDS[env_id]
+    import gymnasium
+
+    from sim_envs.adapters.gymnasium import import_env_module
+
+    import_env_module(module)
+    if env_id in gymnasium.registry:
+        return GYMNASIUM
+    hint = (
+        ""
+        if module
+        else " (an outside gymnasium env: name the module that registers it in env.kwargs.module)"
+    )
+    raise UnknownEnvError(f"unknown env id {env_id!r}; known: {sorted(ENV_IDS)}{hint}")
 
 
 def make(env_id: str, **config: Any):
     """Build one env (unwrapped, with ``env_spec``) from an id and config overrides."""
+    if check_env_id(env_id, config.get("module", "")) == GYMNASIUM:
+        from sim_envs.adapters.gymnasium import GymnasiumAdapter
+
+        return GymnasiumAdapter(env_id, **config)
     from sim_envs.franka_env import FrankaEnv
 
-    return FrankaEnv(task=check_env_id(env_id), **config)
+    return FrankaEnv(task=ENV_IDS[env_id], **config)

@@ -83,6 +83,7 @@ class SimVectorEnv:
                 "ContractError": ContractError,
                 "ValueError": ValueError,
                 "UnknownEnvError": ValueError,
+                "AdapterError": ValueError,
             }
             raise error_type.get(name, RuntimeError)(message)
         return payload
@@ -187,5 +188,5 @@ def make_vector(
     env_id: str, num_envs: int, *, backend: str = "inline", num_workers: int | None = None, **config: Any
 ) -> SimVectorEnv:
     """Build a :class:`SimVectorEnv` of ``num_envs`` copies of one env."""
-    check_env_id(env_id)
+    check_env_id(env_id, config.get("module", ""))
     return SimVectorEnv(env_id, num_envs, backend=backend, num_workers=num_workers, env_config=config)

@@ -36,8 +36,9 @@ def evaluate_policy(
                 chunk = policy.act(stack_obs([obs]), mode="greedy").actions[0].cpu().numpy()
                 for action in chunk:
                     obs, reward, terminated, truncated, info = env.step(action)
-                    if video_path is not None and episode == 0:
-                        frames.append(env.render())
+                    frame = env.render() if video_path is not None and episode == 0 else None
+                    if frame is not None:
+                        frames.append(frame)
                     total += reward
                     success |= info["success"]
                     done = terminated or truncated

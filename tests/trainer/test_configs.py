@@ -50,7 +50,8 @@ def test_the_algorithm_registry_names_unknown_algorithms_and_never_hides_an_impo
     from trainer.algorithms import registry
 
     with pytest.raises(
-        KeyError, match=r"unknown algorithm 'dreamer'; known: \['bc', 'grpo', 'ppo', 'rlpd', 'sac'\]"
+        KeyError,
+        match=r"unknown algorithm 'dreamer'; known: \['bc', 'grpo', 'ppo', 'reward_classifier', 'rlpd', 'sac'\]",
     ):
         registry.algorithm_class("dreamer")
     assert registry.algorithm_class("sac").__name__ == "SAC"

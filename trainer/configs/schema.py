@@ -34,7 +34,8 @@ class EnvConfig:
     num_envs: int = 32
     backend: str = "subprocess"  # "inline" or "subprocess"
     num_workers: int = 2
-    kwargs: dict[str, Any] = field(default_factory=lambda: {"cameras": [], "action_rotation": False})
+    # The env's own config keys; every preset sets them (a Franka task's differ from another env's).
+    kwargs: dict[str, Any] = field(default_factory=dict)
 
 
 @dataclass

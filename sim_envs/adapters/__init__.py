@@ -1,0 +1,1 @@
+"""Outside simulators behind the env contract."""
