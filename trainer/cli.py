@@ -33,8 +33,8 @@ def _train(args: argparse.Namespace) -> int:
         runner = Runner(config, resume_dir=run_dir)
     else:
         config = load_config(args.config, args.overrides)
-        if config.algorithm == "reward_classifier":
-            return _train_reward_classifier(config)
+        if config.algorithm in ("reward_classifier", "world_model"):
+            return _train_supervised(config)
         runner = Runner(config)
     from trainer.stop_signals import Stopped, stop_signals_interrupt
 
@@ -49,10 +49,10 @@ def _train(args: argparse.Namespace) -> int:
     return 0
 
 
-def _train_reward_classifier(config) -> int:
+def _train_supervised(config) -> int:
+    """The reward classifier or a world model: fitted from a dataset, no envs stepped."""
     import sim_envs
     from trainer.configs.loader import algorithm_config, save_config
-    from trainer.reward_training import train_reward_classifier
     from trainer.runner import CONFIG_FILE, default_output_dir
 
     run_dir = Path(config.run.output_dir) if config.run.output_dir else default_output_dir(config)
@@ -61,6 +61,18 @@ def _train_reward_classifier(config) -> int:
     env = sim_envs.make(config.env.id, **config.env.kwargs)  # the spec the classifier reads
     spec = env.env_spec
     env.close()
+    if config.algorithm == "world_model":
+        from trainer.world_model_training import HORIZONS, train_world_model
+
+        metrics = train_world_model(algorithm_config(config), spec, run_dir, config.run.seed)
+        errors = ", ".join(
+            f"{h}: {metrics.get(f'state_error_{h}', float('nan')):.4f} (copy-last {metrics.get(f'state_error_copy_last_{h}', float('nan')):.4f})"
+            for h in HORIZONS
+        )
+        print(f"held-out open-loop state error by horizon {errors}; model in {run_dir / 'world_model'}")
+        return 0
+    from trainer.reward_training import train_reward_classifier
+
     metrics = train_reward_classifier(algorithm_config(config), spec, run_dir, config.run.seed)
     print(
         f"held out ({metrics['frames']} frames, {metrics['positives']} successful): precision "

@@ -43,6 +43,10 @@ def iteration_seed(config: TrainConfig, iteration: int) -> int:
 
 
 def make_sim_envs(config: TrainConfig):
+    if config.env.id == "rlinf/WorldModel-v0":  # imagined envs: a torch model, not a simulator
+        from policies.world_model.env import WorldModelVectorEnv
+
+        return WorldModelVectorEnv(num_envs=config.env.num_envs, **config.env.kwargs)
     return sim_envs.make_vector(
         config.env.id,
         config.env.num_envs,

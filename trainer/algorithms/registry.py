@@ -20,6 +20,7 @@ ALGORITHMS = {
     "bc": ("trainer.algorithms.bc", "BC"),
     # Supervised, run by ``rlinf-trainer train`` without envs (its class says ``standalone``).
     "reward_classifier": ("trainer.reward_training", "RewardClassifierTraining"),
+    "world_model": ("trainer.world_model_training", "WorldModelTraining"),
 }
 
 

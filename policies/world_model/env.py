@@ -1,0 +1,160 @@
+"""``rlinf/WorldModel-v0``: N imagined envs stepped by a trained world model, batched on its device,
+behind the vector-env contract (so PPO, GRPO, SAC and the VLA path run in it unchanged).
+
+Each episode starts from a recorded first frame (the ``starts.npz`` saved with the model), drawn by
+the reset seed. Rewards and success are the model's; an episode ends on predicted success (when
+``terminate_on_success``) or at ``max_episode_steps``. Observations carry the predicted state and the
+decoded camera frames (the recorded ones at a reset).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+from policies.world_model.model import load_world_model
+from protos.batch import ChunkResult, EpisodeSummary, select_row
+
+WORLD_MODEL_ENV_ID = "rlinf/WorldModel-v0"
+STARTS_FILE = "starts.npz"
+
+
+class WorldModelVectorEnv:
+    """Imagined rollouts of a saved world model, ``num_envs`` at a time."""
+
+    def __init__(
+        self,
+        checkpoint: str,
+        num_envs: int,
+        max_episode_steps: int = 0,
+        terminate_on_success: bool = True,
+        success_threshold: float = 0.5,
+        device: str = "cpu",
+    ) -> None:
+        if not checkpoint:
+            raise ValueError(
+                f"{WORLD_MODEL_ENV_ID} needs env.kwargs.checkpoint, a trained world model folder"
+            )
+        self.model, header = load_world_model(checkpoint)
+        self.model.eval().to(device)
+        starts_path = Path(checkpoint) / STARTS_FILE
+        if not starts_path.is_file():
+            raise ValueError(f"{checkpoint} has no {STARTS_FILE}: no recorded first frames to reset from")
+        with np.load(starts_path) as starts:
+            self.start_states = torch.as_tensor(starts["state"], device=device)
+            self.start_images = {
+                c: torch.as_tensor(starts[f"image.{c}"], device=device) for c in self.model.cfg.cameras
+            }
+        if len(self.start_states) == 0:
+            raise ValueError(f"{starts_path} holds no episodes to reset from")
+        spec = self.model.spec
+        self.spec = dataclasses.replace(
+            spec,
+            name=WORLD_MODEL_ENV_ID,
+            instruction=header.get("task") or spec.instruction,
+            max_episode_steps=max_episode_steps or spec.max_episode_steps,
+            metadata={**spec.metadata, "world_model": str(checkpoint)},
+        )
+        self.num_envs, self.device = num_envs, torch.device(device)
+        self.terminate_on_success, self.threshold = terminate_on_success, success_threshold
+        self.low = torch.as_tensor(spec.action.low_array(), device=self.device)
+        self.high = torch.as_tensor(spec.action.high_array(), device=self.device)
+        self.rng = np.random.default_rng(0)
+        self.z = torch.zeros(num_envs, self.model.latent_dim, device=self.device)
+        self.state = torch.zeros(num_envs, spec.state_dim, device=self.device)
+        self.images = {
+            c: torch.zeros(num_envs, *v.shape[1:], dtype=torch.uint8, device=self.device)
+            for c, v in self.start_images.items()
+        }
+        self.steps = np.zeros(num_envs, int)
+        self.returns = np.zeros(num_envs)
+        self.succeeded = np.zeros(num_envs, bool)
+        self.reset()  # every env starts from a recorded first frame
+
+    # -- the batched contract ---------------------------------------------------------------------
+    @torch.no_grad()
+    def reset(
+        self, seed: int | None = None, seeds: list[int | None] | None = None
+    ) -> tuple[dict[str, Any], dict]:
+        seeds = (
+            seeds if seeds is not None else [None if seed is None else seed + i for i in range(self.num_envs)]
+        )
+        self._start(np.arange(self.num_envs), seeds)
+        return self._obs(), {}
+
+    def _start(self, envs: np.ndarray, seeds: list[int | None]) -> None:
+        picks = [int(np.random.default_rng(s).integers(len(self.start_states))) if s is not None
+                 else int(self.rng.integers(len(self.start_states))) for s in seeds]  # fmt: skip
+        picks_t = torch.as_tensor(picks, device=self.device)
+        envs_t = torch.as_tensor(envs, device=self.device)
+        images = {c: v[picks_t] for c, v in self.start_images.items()}
+        if images:
+            self.z[envs_t] = self.model.encode(images)
+        for c, v in images.items():
+            self.images.setdefault(
+                c, torch.zeros(self.num_envs, *v.shape[1:], dtype=torch.uint8, device=self.device)
+            )
+            self.images[c][envs_t] = v
+        self.state[envs_t] = self.model.normalize(self.start_states[picks_t])
+        self.steps[envs], self.returns[envs], self.succeeded[envs] = 0, 0.0, False
+
+    def _obs(self) -> dict[str, Any]:
+        return {
+            "images": {c: v.cpu().numpy() for c, v in self.images.items()},
+            "state": self.model.denormalize(self.state).float().cpu().numpy(),
+            "instruction": [self.spec.instruction] * self.num_envs,
+        }
+
+    @torch.no_grad()
+    def chunk_step(self, actions: np.ndarray) -> ChunkResult:
+        actions = torch.as_tensor(np.asarray(actions, np.float32), device=self.device)
+        n, chunk, _ = actions.shape
+        rewards, success = np.zeros((n, chunk), np.float32), np.zeros((n, chunk), bool)
+        terminated, truncated = np.zeros((n, chunk), bool), np.zeros((n, chunk), bool)
+        valid = np.zeros((n, chunk), bool)
+        running = np.ones(n, bool)
+        final_obs: list[dict | None] = [None] * n
+        finished = []
+        for k in range(chunk):
+            unit = (2 * (actions[:, k] - self.low) / (self.high - self.low) - 1).clamp(-1, 1)
+            z, state, reward, logit = self.model.step(self.z, self.state, unit)
+            live = torch.as_tensor(running, device=self.device)
+            self.z = torch.where(live[:, None], z, self.z)
+            self.state = torch.where(live[:, None], state, self.state)
+            if self.model.cfg.cameras:
+                decoded = self.model.decode(self.z)
+                for c, frame in decoded.items():
+                    fresh = (frame * 255).round().to(torch.uint8)
+                    self.images[c] = torch.where(live[:, None, None, None], fresh, self.images[c])
+            won = (torch.sigmoid(logit) >= self.threshold).cpu().numpy()
+            rewards[running, k] = reward.cpu().numpy()[running]
+            success[running, k] = won[running]
+            valid[running, k] = True
+            self.steps[running] += 1
+            self.returns[running] += rewards[running, k]
+            self.succeeded |= success[:, k]
+            ended_success = running & won & self.terminate_on_success
+            ended_time = running & ~ended_success & (self.steps >= self.spec.max_episode_steps)
+            terminated[ended_success, k], truncated[ended_time, k] = True, True
+            done = np.flatnonzero(ended_success | ended_time)
+            if len(done):
+                obs = self._obs()
+                for i in done:
+                    final_obs[i] = select_row(obs, int(i))
+                    finished.append(
+                        EpisodeSummary(
+                            int(i), float(self.returns[i]), int(self.steps[i]), bool(self.succeeded[i])
+                        )
+                    )
+                self._start(done, [None] * len(done))
+                running[done] = False
+            if not running.any():
+                break
+        return ChunkResult(self._obs(), rewards, terminated, truncated, success, valid, final_obs, finished)
+
+    def close(self) -> None:
+        pass

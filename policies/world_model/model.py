@@ -1,0 +1,146 @@
+"""The world model: camera frames through a learned latent, the state, and one step of dynamics.
+
+    z_t = encode(images_t)                                  (a CNN per camera, to one latent)
+    z_{t+1}, s_{t+1}, r_t, success_t = step(z_t, s_t, a_t)  (an MLP on the normalised state)
+    images = decode(z)                                      (a transposed CNN per camera)
+
+The state is predicted as a change in normalised units; actions enter in the policy's [-1, 1] units.
+Saved like a policy: a folder of ``world_model.json`` (config, env spec, task text, start frames'
+file) and ``model.safetensors``.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+import torch
+from safetensors.torch import load_file, save_file
+from torch import nn
+
+from policies.base import WEIGHTS_FILE
+from policies.encoders import ImageEncoder, mlp
+from policies.normalization import RunningNormalizer
+from protos import EnvSpec
+from protos.atomic_files import commit_folder
+
+MODEL_FILE = "world_model.json"
+
+
+@dataclass
+class WorldModelConfig:
+    cameras: list[str] = field(default_factory=list)  # the cameras it predicts (and a policy may read)
+    latent_dim: int = 64
+    hidden: int = 256
+    cnn_channels: list[int] = field(default_factory=lambda: [16, 32, 32])
+
+
+class FrameDecoder(nn.Module):
+    """Latent -> one camera's uint8-range frame [B, H, W, 3] (float in [0, 1]), for 32-128 px cameras."""
+
+    def __init__(self, latent_dim: int, height: int, width: int) -> None:
+        super().__init__()
+        self.height, self.width = height, width
+        self.base = (max(1, height // 8), max(1, width // 8))
+        self.project = nn.Linear(latent_dim, 32 * self.base[0] * self.base[1])
+        self.up = nn.Sequential(
+            nn.ReLU(), nn.ConvTranspose2d(32, 32, 4, 2, 1),
+            nn.ReLU(), nn.ConvTranspose2d(32, 16, 4, 2, 1),
+            nn.ReLU(), nn.ConvTranspose2d(16, 3, 4, 2, 1),
+        )  # fmt: skip
+
+    def forward(self, z: torch.Tensor) -> torch.Tensor:
+        x = self.project(z).reshape(-1, 32, *self.base)
+        x = nn.functional.interpolate(self.up(x), size=(self.height, self.width), mode="bilinear")
+        return torch.sigmoid(x).permute(0, 2, 3, 1)
+
+
+class WorldModel(nn.Module):
+    """Action-conditioned next observation, reward and success for one env spec."""
+
+    def __init__(self, spec: EnvSpec, cfg: WorldModelConfig) -> None:
+        super().__init__()
+        self.spec, self.cfg = spec, cfg
+        for name in cfg.cameras:
+            spec.camera(name)  # a KeyError naming the cameras the spec has
+        self.state_norm = RunningNormalizer(spec.state_dim)
+        self.encoders = nn.ModuleDict(
+            {
+                n: ImageEncoder(tuple(cfg.cnn_channels), cfg.latent_dim, spec.camera(n).shape[:2])
+                for n in cfg.cameras
+            }
+        )
+        self.decoders = nn.ModuleDict(
+            {n: FrameDecoder(cfg.latent_dim, *spec.camera(n).shape[:2]) for n in cfg.cameras}
+        )
+        self.latent_dim = cfg.latent_dim * max(1, len(cfg.cameras)) if cfg.cameras else 0
+        width = self.latent_dim + spec.state_dim + spec.action.dim
+        self.trunk = mlp([width, cfg.hidden, cfg.hidden], nn.ELU)
+        self.next_latent = nn.Linear(cfg.hidden, self.latent_dim) if self.latent_dim else None
+        self.state_delta = nn.Linear(cfg.hidden, spec.state_dim)
+        self.reward = nn.Linear(cfg.hidden, 1)
+        self.success = nn.Linear(cfg.hidden, 1)
+
+    # -- pieces ----------------------------------------------------------------------------------
+    def encode(self, images: dict[str, torch.Tensor]) -> torch.Tensor:
+        """uint8 frames per camera [B, H, W, 3] -> latent [B, latent_dim] (empty without cameras)."""
+        if not self.cfg.cameras:
+            return torch.zeros(next(iter(images.values())).shape[0] if images else 0, 0)
+        return torch.cat([self.encoders[n](images[n]) for n in self.cfg.cameras], dim=-1)
+
+    def decode(self, z: torch.Tensor) -> dict[str, torch.Tensor]:
+        """Latent -> frames per camera, float in [0, 1], [B, H, W, 3]."""
+        parts = z.split(self.cfg.latent_dim, dim=-1)
+        return {n: self.decoders[n](part) for n, part in zip(self.cfg.cameras, parts)}
+
+    def step(
+        self, z: torch.Tensor, norm_state: torch.Tensor, unit_action: torch.Tensor
+    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+        """(next latent, next normalised state, reward, success logit) for one step."""
+        h = nn.functional.elu(self.trunk(torch.cat([z, norm_state, unit_action], dim=-1)))
+        next_z = z + self.next_latent(h) if self.next_latent is not None else z
+        return (
+            next_z,
+            norm_state + self.state_delta(h),
+            self.reward(h).squeeze(-1),
+            self.success(h).squeeze(-1),
+        )
+
+    def normalize(self, state: torch.Tensor) -> torch.Tensor:
+        return self.state_norm(state)
+
+    def denormalize(self, norm_state: torch.Tensor) -> torch.Tensor:
+        std = torch.sqrt(self.state_norm.var + 1e-8).to(norm_state.dtype)
+        return norm_state * std + self.state_norm.mean.to(norm_state.dtype)
+
+    # -- saving ----------------------------------------------------------------------------------
+    def save(self, path: str | Path, extra: dict[str, Any] | None = None, files: dict | None = None) -> None:
+        """The folder, appearing whole; ``files`` maps more file names to functions that write them."""
+        path = Path(path)
+        staging = path.parent / f".{path.name}.tmp"
+        if staging.exists():
+            shutil.rmtree(staging)
+        staging.mkdir(parents=True)
+        header = {"config": asdict(self.cfg), "spec": self.spec.to_dict(), **(extra or {})}
+        (staging / MODEL_FILE).write_text(json.dumps(header, indent=2))
+        save_file(
+            {k: v.detach().cpu().contiguous() for k, v in self.state_dict().items()},
+            str(staging / WEIGHTS_FILE),
+        )
+        for name, write in (files or {}).items():
+            write(staging / name)
+        commit_folder(staging, path)
+
+
+def load_world_model(path: str | Path) -> tuple[WorldModel, dict[str, Any]]:
+    """A saved world model and its header (config, spec and what training added)."""
+    path = Path(path)
+    if not (path / MODEL_FILE).is_file():
+        raise ValueError(f"{path} is not a saved world model (no {MODEL_FILE})")
+    header = json.loads((path / MODEL_FILE).read_text())
+    model = WorldModel(EnvSpec.from_dict(header["spec"]), WorldModelConfig(**header["config"]))
+    model.load_state_dict(load_file(str(path / WEIGHTS_FILE)))
+    return model, header

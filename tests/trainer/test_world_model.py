@@ -1,0 +1,89 @@
+"""A world model from recorded episodes: it fits them better than copying the last observation, its
+env keeps the vector-env contract, and PPO runs inside it."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+import sim_envs
+from policies.world_model.env import WorldModelVectorEnv
+from trainer.configs import load_config
+from trainer.expert_demos import DemoConfig, record_expert_demos
+from trainer.runner import Runner
+from trainer.world_model_training import WorldModelTrainConfig, train_world_model
+
+STATE_ENV = {"cameras": [], "privileged_state": True, "action_rotation": False, "max_episode_steps": 30}
+
+
+@pytest.fixture(scope="module")
+def state_model(tmp_path_factory) -> tuple[Path, dict]:
+    root = tmp_path_factory.mktemp("wm")
+    demos = record_expert_demos(DemoConfig("rlinf/FrankaReach-v0", 8, str(root / "demos"), seed=0,
+                                           only_successful=False, env_kwargs=STATE_ENV), progress=False)  # fmt: skip
+    spec = sim_envs.make("rlinf/FrankaReach-v0", **STATE_ENV).env_spec
+    cfg = WorldModelTrainConfig(dataset=str(demos.root), updates=600, batch_size=64, hidden=128)
+    return root / "run", train_world_model(cfg, spec, root / "run")
+
+
+def test_open_loop_rollouts_beat_copying_the_last_state(state_model):
+    _, metrics = state_model
+    assert metrics["loss_last"] < 0.5 * metrics["loss_first"]
+    for horizon in (5, 20):  # held-out episodes: the model, not a memory of them
+        assert metrics[f"state_error_{horizon}"] < 0.7 * metrics[f"state_error_copy_last_{horizon}"], metrics
+
+
+def test_the_world_model_env_keeps_the_vector_env_contract(state_model):
+    run, _ = state_model
+    venv = WorldModelVectorEnv(
+        str(run / "world_model"), num_envs=4, max_episode_steps=6, terminate_on_success=False
+    )
+    assert venv.spec.name == "rlinf/WorldModel-v0" and venv.spec.instruction.startswith("move the gripper")
+    first, _ = venv.reset(seed=3)
+    again, _ = venv.reset(seed=3)
+    np.testing.assert_allclose(first["state"], again["state"])  # resets are drawn by the seed
+    assert first["state"].shape == (4, venv.spec.state_dim) and len(first["instruction"]) == 4
+    result = venv.chunk_step(np.zeros((4, 4, venv.spec.action.dim), np.float32))
+    assert result.rewards.shape == (4, 4) and result.valid.all() and not result.done.any()
+    result = venv.chunk_step(np.zeros((4, 4, venv.spec.action.dim), np.float32))
+    assert result.truncated[:, 1].all() and not result.valid[:, 2:].any()  # 6 steps, then a reset
+    assert len(result.finished) == 4 and all(e.length == 6 for e in result.finished)
+    assert all(f is not None for f in result.final_obs)
+
+
+def test_ppo_trains_inside_the_world_model(state_model, tmp_path):
+    run, _ = state_model
+    overrides = [f"env.kwargs.checkpoint={run / 'world_model'}", "env.kwargs.max_episode_steps=10",
+                 "env.num_envs=8", "run.total_env_steps=320", "policy.hidden_sizes=[32]",
+                 f"run.output_dir={tmp_path}"]  # fmt: skip
+    Runner(load_config("ppo_world_model", overrides)).run()
+    rows = [json.loads(line) for line in (tmp_path / "metrics.jsonl").read_text().splitlines()]
+    assert len(rows) == 4 and np.isfinite(rows[-1]["train/policy_loss"]) and rows[-1]["env_steps"] == 320
+
+
+def test_camera_frames_go_through_the_latent_and_a_side_by_side_video_is_written(tmp_path):
+    env = {**STATE_ENV, "cameras": ["front"], "image_height": 32, "image_width": 32}
+    demos = record_expert_demos(DemoConfig("rlinf/FrankaReach-v0", 3, str(tmp_path / "demos"), seed=0,
+                                           only_successful=False, env_kwargs=env), progress=False)  # fmt: skip
+    spec = sim_envs.make("rlinf/FrankaReach-v0", **env).env_spec
+    cfg = WorldModelTrainConfig(dataset=str(demos.root), cameras=["front"], updates=20, batch_size=8, horizon=2,
+                                latent_dim=16, hidden=64)  # fmt: skip
+    metrics = train_world_model(cfg, spec, tmp_path / "run")
+    assert {"frame_error_1", "frame_error_copy_last_1"} <= set(metrics)
+    assert (tmp_path / "run" / "rollout.gif").stat().st_size > 1000
+    venv = WorldModelVectorEnv(str(tmp_path / "run" / "world_model"), num_envs=2)
+    obs = venv.chunk_step(np.zeros((2, 1, spec.action.dim), np.float32)).obs
+    assert obs["images"]["front"].shape == (2, 32, 32, 3) and obs["images"]["front"].dtype == np.uint8
+
+
+def test_bad_world_model_inputs_are_one_line_errors(tmp_path, state_model):
+    with pytest.raises(ValueError, match=r"needs env\.kwargs\.checkpoint"):
+        WorldModelVectorEnv("", num_envs=1)
+    with pytest.raises(ValueError, match="is not a saved world model"):
+        WorldModelVectorEnv(str(tmp_path), num_envs=1)
+    spec = sim_envs.make("rlinf/FrankaReach-v0", **STATE_ENV).env_spec
+    with pytest.raises(ValueError, match=r"algo\.dataset=.*is not a LeRobot v3 dataset|holds no LeRobot"):
+        train_world_model(WorldModelTrainConfig(dataset=str(tmp_path)), spec, tmp_path / "x")
