@@ -51,7 +51,7 @@ def test_the_algorithm_registry_names_unknown_algorithms_and_never_hides_an_impo
 
     with pytest.raises(
         KeyError,
-        match=r"unknown algorithm 'dreamer'; known: \['bc', 'grpo', 'ppo', 'reward_classifier', 'rlpd', 'sac'\]",
+        match=r"unknown algorithm 'dreamer'; known: \['bc', 'grpo', 'ppo', 'reward_classifier', 'rlpd', 'sac', 'world_model'\]",
     ):
         registry.algorithm_class("dreamer")
     assert registry.algorithm_class("sac").__name__ == "SAC"
