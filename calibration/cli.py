@@ -7,7 +7,7 @@
     rlinf-calibrate apply-to-sim --camera front --intrinsics cameras.json --serial 123456 \\
         --hand-eye hand_eye.json --out sim_cameras.json [--real-image front.png --report report.png]
 
-Then train or evaluate with ``env.camera_file=sim_cameras.json``. A failed calibration never
+Then train or evaluate with ``env.kwargs.camera_file=sim_cameras.json``. A failed calibration never
 overwrites a good file. Every error is one line that says what to do.
 """
 

@@ -42,7 +42,7 @@ def camera_entry(name: str, intrinsics: Intrinsics, T_parent_cam: np.ndarray) ->
 
 
 def write_camera_file(path: str | Path, entries: dict[str, dict]) -> None:
-    """Write (or update) the camera file that ``env.camera_file`` points the sim at."""
+    """Write (or update) the camera file that ``env.kwargs.camera_file`` points the sim at."""
     path = Path(path)
     cameras = {}
     if path.exists():
