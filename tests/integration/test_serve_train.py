@@ -259,3 +259,49 @@ def sim_envs_spec(**kwargs):
     spec = env.env_spec
     env.close()
     return spec
+
+
+VLA_YAML = """
+server: {mode: train, insecure: true, host: 127.0.0.1, port: 0}
+train:
+  config: ppo_reach
+  overrides:
+    - env.num_envs=2
+    - env.backend=inline
+    - "env.kwargs={cameras: [front], image_height: 64, image_width: 64, action_rotation: true, privileged_state: false, max_episode_steps: 8}"
+    - policy.kind=vla
+    - policy.cameras=[front]
+    - policy.chunk_size=2
+    - run.total_env_steps=48
+    - run.eval_every=0
+    - run.checkpoint_every=1
+    - algo.num_minibatches=2
+    - algo.update_epochs=1
+"""
+
+
+def test_a_vla_trains_on_sim_and_a_twin_robot_in_serve(tmp_path):
+    config = train_config(tmp_path, "train.min_robots=1", yaml=VLA_YAML)
+    started, link, outcome = threading.Event(), {}, {}
+
+    def on_started(server) -> None:
+        link["server"] = server
+        started.set()
+
+    thread = threading.Thread(target=lambda: outcome.setdefault("p", train(config, on_started)), daemon=True)
+    thread.start()
+    assert started.wait(30)
+    agent = start_agent(link["server"].port, tmp_path / "spool", robot_id="r", driver=TWIN)
+    try:
+        thread.join(240)
+        assert not thread.is_alive(), "training did not finish"
+    finally:
+        agent.stop()
+    rows = metrics(tmp_path / "serve" / "train")
+    assert any(row.get("source/robot:r/episodes") for row in rows) and np.isfinite(
+        rows[-1]["train/policy_loss"]
+    )
+    from policies import load_policy
+
+    saved = load_policy(latest_checkpoint(tmp_path / "serve" / "train") / "policy")
+    assert type(saved).__name__ == "VLAPolicy"
