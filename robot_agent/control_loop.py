@@ -467,7 +467,7 @@ class ControlLoop:
             kind=kind,
             episode_id=episode.episode_id,
             num_steps=max(num_steps, 0),
-            success=episode.success,
+            success=episode.success and kind != pb.EpisodeEvent.ABORTED,  # a fault is never a success
             reason=reason,
         )
         self.spool.finish(episode.episode_id, end)

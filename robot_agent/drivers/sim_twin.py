@@ -13,7 +13,13 @@ from typing import Any
 
 import numpy as np
 
-from robot_agent.drivers.base import DriverCapabilities, DriverObservation, RobotDriver, StepOutcome
+from robot_agent.drivers.base import (
+    DriverCapabilities,
+    DriverError,
+    DriverObservation,
+    RobotDriver,
+    StepOutcome,
+)
 from robot_agent.safety import ArmScaling, TcpPose
 
 RANDOMIZATION_PRESETS = ("reality_gap", "none")
@@ -98,7 +104,8 @@ class SimTwinDriver(RobotDriver):
         self._stamp = time.monotonic_ns()
         self._hold_action[-1] = action[-1]
         if info.get("physics_unstable"):
-            return StepOutcome(reward=0.0, truncated=True)
+            # MuJoCo blew up and reset its state: a fault, as a real arm's reflex is, not an outcome.
+            raise DriverError("the twin's physics went unstable (MuJoCo reset its state)")
         if not self.config.report_reward:
             return StepOutcome()
         return StepOutcome(float(reward), bool(terminated), False, bool(info.get("success", False)))

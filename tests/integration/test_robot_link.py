@@ -360,3 +360,29 @@ def test_an_episode_whose_robot_leaves_ends_typed_as_robot_left(tmp_path):
     finally:
         agent.stop()
         server.stop()
+
+
+def test_a_physics_blow_up_on_the_twin_aborts_the_episode_and_is_never_a_success(tmp_path):
+    from sim_envs.scripted import scripted_policy
+
+    server = start_server()
+    agent = start_agent(server.server.port, tmp_path, driver={"privileged_state": True, "cameras": []})
+    try:
+        session = server.call(server.server.wait_for_robot(timeout=30))
+        expert = scripted_policy(session.spec)
+        twin = agent.agent.driver.env
+        succeeded = []
+
+        def reach_then_blow_up(obs: pb.Observation) -> np.ndarray:
+            if obs.transition.success:
+                succeeded.append(obs.step)
+                twin.data.qvel[:] = 1e20  # MuJoCo detects this at its next step and resets its state
+            return expert.act({"state": np.asarray(obs.state, np.float32)})[None]
+
+        end = server.call(run_episode(session, reach_then_blow_up), timeout=60)
+        assert succeeded, "the expert never reached the goal: the test proves nothing"
+        assert end.kind == pb.EpisodeEvent.ABORTED and "physics went unstable" in end.reason
+        assert not end.success
+    finally:
+        agent.stop()
+        server.stop()
