@@ -6,8 +6,10 @@
     rlinf-calibrate hand-eye --mode eye-in-hand --sim --out hand_eye.json
     rlinf-calibrate apply-to-sim --camera front --intrinsics cameras.json --serial 123456 \\
         --hand-eye hand_eye.json --out sim_cameras.json [--real-image front.png --report report.png]
+    rlinf-calibrate sysid --dataset runs/robot_data --task pick_lift --out physics.json
 
-Then train or evaluate with ``env.kwargs.camera_file=sim_cameras.json``. A failed calibration never
+Then train or evaluate with ``env.kwargs.camera_file=sim_cameras.json`` and
+``env.kwargs.physics_file=physics.json``. A failed calibration never
 overwrites a good file. Every error is one line that says what to do.
 """
 
@@ -119,6 +121,18 @@ def build_parser() -> argparse.ArgumentParser:
     apply.add_argument("--out", type=Path, default=Path("sim_cameras.json"))
     apply.add_argument("--real-image", type=Path, help="a real frame from the same camera, for the report")
     apply.add_argument("--report", type=Path, help="write real | sim | overlay here")
+
+    sysid = sub.add_parser("sysid", help="fit the sim's physics to recorded robot episodes (CMA-ES)")
+    sysid.add_argument(
+        "--dataset", type=Path, required=True, help="a LeRobot v3 dataset of the robot's episodes"
+    )
+    sysid.add_argument("--task", default="pick_lift", help="the sim task the episodes were recorded in")
+    sysid.add_argument("--params", default="", help="comma-separated parameters to fit (default: all)")
+    sysid.add_argument("--episodes", type=int, default=20, help="use at most this many episodes")
+    sysid.add_argument("--generations", type=int, default=16)
+    sysid.add_argument("--population", type=int, default=8)
+    sysid.add_argument("--seed", type=int, default=0)
+    sysid.add_argument("--out", type=Path, default=Path("physics.json"))
     return parser
 
 
@@ -248,6 +262,50 @@ def robot_hand_eye(args: argparse.Namespace):
         driver.close()
 
 
+def run_sysid(args: argparse.Namespace) -> str:
+    from tqdm import tqdm
+
+    from calibration.sysid import (
+        EpisodeReplayer,
+        SysIdConfig,
+        fit,
+        load_recorded_episodes,
+        physics_report,
+        plot_overlay,
+    )
+    from sim_envs.physics import SEARCH_RANGES, write_physics_file
+    from sim_envs.tasks import make_task
+
+    try:
+        make_task(args.task)
+        params = tuple(p for p in args.params.split(",") if p) or tuple(SEARCH_RANGES)
+        cfg = SysIdConfig(str(args.dataset), args.task, params, args.episodes, args.generations,
+                          args.population, args.seed)  # fmt: skip
+        recorded = load_recorded_episodes(args.dataset, args.episodes)
+        replayer = EpisodeReplayer(args.task, recorded)
+    except ValueError as exc:  # SysIdError, an unknown task
+        raise CalibrationError(str(exc)) from None
+    episodes, fps = recorded.episodes, recorded.fps
+    with tqdm(total=cfg.generations, desc="sysid", unit="generation") as bar:
+
+        def progress(generation: int, best: float) -> None:
+            bar.update(1)
+            bar.set_postfix(error=f"{best:.4f}")
+
+        result = fit(episodes, replayer, cfg, progress)
+    report = physics_report(result, cfg, len(episodes))
+    write_physics_file(args.out, result.params, args.task, report)
+    overlay = args.out.with_name(args.out.stem + "_overlay.png")
+    plot_overlay(overlay, episodes[0], replayer, result.params, fps)
+    fitted = ", ".join(
+        f"{name} {row['fitted']:.3g}{row['unit']}" for name, row in result.per_parameter.items()
+    )
+    return (
+        f"{fitted}; replay error {result.error_before:.4f} -> {result.error_after:.4f} over {len(episodes)} "
+        f"episodes -> {args.out} (overlay {overlay})"
+    )
+
+
 def load_images(folder: Path) -> list[np.ndarray]:
     from PIL import Image
 
@@ -264,6 +322,7 @@ COMMANDS = {
     "intrinsics": run_intrinsics,
     "hand-eye": run_hand_eye,
     "apply-to-sim": run_apply,
+    "sysid": run_sysid,
 }
 
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import time
+from collections.abc import Mapping
 from dataclasses import dataclass, field, fields, replace
 from typing import Any
 
@@ -22,6 +23,7 @@ from protos import (
 )
 from protos.env_spec import INSTRUCTION_CHARSET
 from sim_envs import panda_model
+from sim_envs.physics import PhysicsParams, load_physics_file
 from sim_envs.randomization import DomainRandomization, ModelRandomizer
 from sim_envs.rendering import make_renderer
 from sim_envs.scene import SceneConfig, build_scene_xml, load_camera_mounts
@@ -72,6 +74,8 @@ class FrankaEnvConfig:
     render_size: int = 256
     randomization: DomainRandomization = field(default_factory=DomainRandomization)
     camera_file: str = ""  # calibrated camera poses and fields of view (rlinf-calibrate apply-to-sim)
+    # Identified dynamics (rlinf-calibrate sysid); ``randomization`` then varies around them.
+    physics_file: str = ""
     # Pace each step to the control period, as a real arm does: rehearses robot timing (e.g. how
     # much learning fits between steps). Each env keeps its own deadline, so envs stepped one after
     # another in a vector still take one period per vector step, like arms running side by side.
@@ -156,7 +160,9 @@ class FrankaEnv(gym.Env):
         self.model = mujoco.MjModel.from_xml_string(build_scene_xml(scene_cfg))
         self.data = mujoco.MjData(self.model)
         self.scene = FrankaSceneView(self.model, self.data, scene_cfg.cube_half_size)
+        self.physics = load_physics_file(self.cfg.physics_file) if self.cfg.physics_file else PhysicsParams()
         self.randomizer = ModelRandomizer(self.model, self.cfg.randomization)
+        self.set_physics(self.physics)
         self.env_spec = self._build_spec()
         self.max_episode_steps = self.env_spec.max_episode_steps
         self.action_space = gym.spaces.Box(
@@ -276,6 +282,37 @@ class FrankaEnv(gym.Env):
             if renderer is not None:
                 renderer.close()
         self._renderer = self._display_renderer = None
+
+    # -- physics -------------------------------------------------------------------------------
+    def set_physics(self, physics: PhysicsParams) -> None:
+        """Use these dynamics from the next reset on (the config's randomisation varies around them)."""
+        randomization = physics.around(self.cfg.randomization)
+        latency_ms = randomization.control_latency_ms[1]
+        if latency_ms >= 1000.0 / self.cfg.control_hz:
+            raise ValueError(
+                f"control latency up to {latency_ms:g} ms (physics file plus randomisation) must be "
+                f"shorter than one control period ({1000 / self.cfg.control_hz:g} ms)"
+            )
+        self.physics = physics
+        self.randomizer.cfg = randomization
+
+    def restore_state(self, state: Mapping[str, np.ndarray]) -> None:
+        """Put the arm (and the cube, where ``cube_pos``/``cube_quat`` are given) where a recorded
+        state says, at rest, with the controller holding there. Call after :meth:`reset`."""
+        arm = np.asarray(state["joint_pos"], np.float64)
+        self.scene.set_arm(arm, float(np.ravel(state["gripper_width"])[0]))
+        if "joint_vel" in state:
+            self.data.qvel[: len(arm)] = np.asarray(state["joint_vel"], np.float64)
+        if self.task.with_cube:
+            cube = self.model.joint("cube_joint").qposadr[0]
+            if "cube_pos" in state:
+                self.data.qpos[cube : cube + 3] = np.asarray(state["cube_pos"], np.float64)
+                quat = np.asarray(state.get("cube_quat", (1.0, 0.0, 0.0, 0.0)), np.float64)
+                self.data.qpos[cube + 3 : cube + 7] = quat / np.linalg.norm(quat)
+            else:  # where it was is unknown: out of the arm's way, so the replay does not hit it
+                self.data.qpos[cube : cube + 3] = (0.45, 0.62, self.scene.cube_half_size)
+        mujoco.mj_forward(self.model, self.data)
+        self._reset_command()
 
     # -- control -------------------------------------------------------------------------------
     def commanded_tcp_pose(self) -> tuple[np.ndarray, np.ndarray]:

@@ -1,0 +1,157 @@
+"""``rlinf-calibrate sysid`` recovers the dynamics that made a dataset, and the sim reads its file."""
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from calibration.sysid import EpisodeReplayer, SysIdConfig, fit, load_recorded_episodes
+from protos.episode_frames import vector_names
+from protos.lerobot_dataset import EpisodeFrames, LeRobotWriter
+from sim_envs.franka_env import FrankaEnv
+from sim_envs.physics import PhysicsFileError, PhysicsParams
+
+ROOT = Path(__file__).resolve().parents[2]
+EXE = str(Path(sys.executable).with_name("rlinf-calibrate"))
+# The twin's REALITY_GAP dynamics: the "real robot" whose physics sysid has to find.
+TRUE_GAIN, TRUE_LATENCY_MS = 0.8, 40.0
+GAP = {
+    "friction_scale": [0.7, 0.7],
+    "object_mass_scale": [1.5, 1.5],
+    "actuator_gain_scale": [TRUE_GAIN, TRUE_GAIN],
+    "control_latency_ms": [TRUE_LATENCY_MS, TRUE_LATENCY_MS],
+}
+
+
+def record_random_episodes(root: Path, task: str, episodes: int, steps: int, randomization=None) -> Path:
+    """Episodes of uniformly random actions (a rich excitation of the arm's dynamics), written as
+    LeRobot v3 with what the robot would record: its state (here with the cube's pose) and actions."""
+    env = FrankaEnv(task=task, cameras=(), privileged_state=True, randomization=randomization)
+    writer = LeRobotWriter(root, fps=env.env_spec.control_hz, robot_type="franka")
+    for episode in range(episodes):
+        rng = np.random.default_rng(episode)
+        obs, _ = env.reset(seed=episode)
+        states, actions = [], []
+        for _ in range(steps):
+            action = rng.uniform(-1, 1, env.env_spec.action.dim).astype(np.float32)
+            states.append(obs["state"])
+            actions.append(action)
+            obs, *_ = env.step(action)
+        vectors = {"observation.state": np.asarray(states), "action": np.asarray(actions)}
+        writer.add_episode(
+            EpisodeFrames(env.env_spec.instruction, {}, vectors, names=vector_names(env.env_spec))
+        )
+    return root
+
+
+@pytest.fixture(scope="module")
+def robot_episodes(tmp_path_factory) -> Path:
+    """The "robot": the sim under the gap dynamics."""
+    return record_random_episodes(tmp_path_factory.mktemp("robot") / "episodes", "pick_lift", 4, 30, GAP)
+
+
+def test_sysid_recovers_the_gain_and_latency_the_episodes_were_made_with(robot_episodes):
+    recorded = load_recorded_episodes(robot_episodes, max_episodes=4)
+    replayer = EpisodeReplayer("pick_lift", recorded)
+    cfg = SysIdConfig(
+        str(robot_episodes),
+        params=("actuator_gain_scale", "control_latency_ms"),
+        generations=10,
+        population=6,
+    )
+    result = fit(recorded.episodes, replayer, cfg)
+    # Tolerance: 5 % of the gain; latency to the physics step (5 ms) it is realised in.
+    assert abs(result.params.actuator_gain_scale - TRUE_GAIN) < 0.05
+    assert result.params.control_latency_ms == TRUE_LATENCY_MS
+    assert result.error_after < 0.05 * result.error_before
+    assert result.field_rms_after["tcp_pos"] < result.field_rms_before["tcp_pos"] / 5
+
+
+def test_the_replay_under_the_true_physics_reproduces_the_recording(robot_episodes):
+    recorded = load_recorded_episodes(robot_episodes, max_episodes=2)
+    replayer = EpisodeReplayer("pick_lift", recorded)
+    true = PhysicsParams(0.7, 1.5, TRUE_GAIN, TRUE_LATENCY_MS)
+    errors = replayer.squared_errors(recorded.episodes, true)
+    assert set(errors) == {"tcp_pos", "joint_pos", "gripper_width", "cube_pos"}
+    assert (
+        max(errors.values())
+        < 1e-8
+        < max(replayer.squared_errors(recorded.episodes, PhysicsParams()).values())
+    )
+
+
+def test_the_cli_writes_a_physics_file_that_the_sim_applies(robot_episodes, tmp_path):
+    out = tmp_path / "physics.json"
+    done = subprocess.run(
+        [EXE, "sysid", "--dataset", str(robot_episodes), "--params", "actuator_gain_scale",
+         "--episodes", "2", "--generations", "3", "--population", "4", "--out", str(out)],
+        cwd=ROOT, capture_output=True, text=True, timeout=300,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    assert "replay error" in done.stdout and out.is_file()
+    assert (tmp_path / "physics_overlay.png").stat().st_size > 10_000
+    document = json.loads(out.read_text())
+    gain = document["params"]["actuator_gain_scale"]
+    assert gain < 0.95 and document["fit"]["error_after"] < document["fit"]["error_before"]
+
+    nominal, identified = (
+        FrankaEnv(task="pick_lift", cameras=()),
+        FrankaEnv(task="pick_lift", cameras=(), physics_file=str(out)),
+    )
+    for env in (nominal, identified):
+        env.reset(seed=0)
+    np.testing.assert_allclose(
+        identified.model.actuator_gainprm[:, 0], nominal.model.actuator_gainprm[:, 0] * gain
+    )
+
+
+def test_randomisation_varies_around_the_identified_physics(tmp_path):
+    out = tmp_path / "physics.json"
+    out.write_text(json.dumps({"format": "rlinf-physics-v1", "params": {"control_latency_ms": 30.0}}))
+    env = FrankaEnv(
+        task="reach", cameras=(), physics_file=str(out), randomization={"control_latency_ms": [0.0, 20.0]}
+    )
+    drawn = [env.randomizer.apply(np.random.default_rng(seed)).control_latency_ms for seed in range(20)]
+    assert min(drawn) >= 30.0 and max(drawn) <= 50.0 and max(drawn) - min(drawn) > 5.0
+
+
+@pytest.mark.parametrize(
+    "document, message",
+    [
+        ({"format": "rlinf-physics-v1", "params": {"gravity": 2.0}}, "unknown parameter 'gravity'"),
+        ({"format": "rlinf-physics-v1", "params": {"friction_scale": -1}}, "friction_scale must be"),
+        ({"params": {}}, "is not a rlinf-physics-v1 file"),
+        (
+            {"format": "rlinf-physics-v1", "params": {"control_latency_ms": 150.0}},
+            "shorter than one control period",
+        ),
+    ],
+)
+def test_a_bad_physics_file_is_one_line(tmp_path, document, message):
+    path = tmp_path / "physics.json"
+    path.write_text(json.dumps(document))
+    with pytest.raises(ValueError, match=message) as error:
+        FrankaEnv(task="reach", cameras=(), physics_file=str(path))
+    assert "\n" not in str(error.value)
+    with pytest.raises(PhysicsFileError, match="does not exist"):
+        FrankaEnv(task="reach", cameras=(), physics_file=str(tmp_path / "missing.json"))
+
+
+def test_sysid_refuses_another_robots_dataset_and_an_empty_one(tmp_path):
+    other = record_random_episodes(tmp_path / "other", "reach", 1, 5)
+    info_path = other / "meta" / "info.json"
+    info = json.loads(info_path.read_text())
+    names = info["features"]["observation.state"]["names"]
+    info["features"]["observation.state"]["names"] = ["shoulder_pan", *names[1:]]  # not the Franka's layout
+    info_path.write_text(json.dumps(info))
+    for dataset, message in (
+        (other, "is not a Franka's"),
+        (tmp_path / "nothing", "not a LeRobot v3 dataset"),
+    ):
+        done = subprocess.run(
+            [EXE, "sysid", "--dataset", str(dataset)], cwd=ROOT, capture_output=True, text=True, timeout=120
+        )
+        assert done.returncode == 2 and message in done.stderr and len(done.stderr.strip().splitlines()) == 1
