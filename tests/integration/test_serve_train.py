@@ -3,7 +3,10 @@
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
 import threading
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -72,7 +75,9 @@ def metrics(run_dir: Path) -> list[dict]:
 
 
 def test_ppo_trains_on_sim_and_robots_through_a_drop_and_a_rejoin(tmp_path):
-    config = train_config(tmp_path, "train.min_robots=2", "train.robot_weight=2.0")
+    config = train_config(
+        tmp_path, "train.min_robots=2", "train.robot_weight=2.0", "train.final_eval_episodes=2"
+    )
     started = threading.Event()
     link = {}
 
@@ -125,6 +130,10 @@ def test_ppo_trains_on_sim_and_robots_through_a_drop_and_a_rejoin(tmp_path):
     assert set(sim_episodes["source"]) == {"sim:rlinf/FrankaReach-v0"}
     assert sim_episodes["length"].tolist() == [8] * len(sim_episodes) and len(sim_frames) == 16 * len(rows)
     assert {"action", "next.reward", "intervention"} <= set(sim_frames.columns)
+    # The final policy was run greedily on both robots at the end.
+    final = json.loads((run_dir / "robot_eval.json").read_text())
+    assert final["policy"] == str(latest_checkpoint(run_dir) / "policy")
+    assert {robot: r["episodes"] + r["aborted"] for robot, r in final["robots"].items()} == {"a": 2, "b": 2}
 
 
 def test_train_mode_refuses_grpo_and_a_bad_training_key(tmp_path):
@@ -305,3 +314,45 @@ def test_a_vla_trains_on_sim_and_a_twin_robot_in_serve(tmp_path):
 
     saved = load_policy(latest_checkpoint(tmp_path / "serve" / "train") / "policy")
     assert type(saved).__name__ == "VLAPolicy"
+
+
+def test_the_cotraining_preset_fits_a_twin_robot_and_waits_for_two():
+    from protos.env_spec import spec_mismatch
+    from robot_agent.drivers.sim_twin import SimTwinConfig, SimTwinDriver
+    from trainer.runner import make_sim_envs
+    from trainer.server.config import training_config
+
+    config = load_serve_config("cotrain_pick_lift", ["server.insecure=true"])
+    assert (
+        config.server.mode == "train"
+        and config.train.min_robots == 2
+        and config.train.final_eval_episodes > 0
+    )
+    training = training_config(config)
+    sim = make_sim_envs(replace(training, env=replace(training.env, num_envs=1, backend="inline")))
+    twin = SimTwinDriver(SimTwinConfig(task="pick_lift", privileged_state=True))
+    try:
+        assert spec_mismatch(sim.spec, twin.spec, "the twin") is None
+        assert "the twin" in spec_mismatch(
+            sim.spec, SimTwinDriver(SimTwinConfig(task="pick_lift")).spec, "the twin"
+        )
+    finally:
+        sim.close()
+        twin.close()
+    with pytest.raises(ConfigError, match=r"serve presets: \['cotrain_pick_lift'"):
+        load_serve_config("cotrain_nosuch")
+
+
+def test_training_with_no_robot_after_the_wait_is_one_line(tmp_path):
+    path = tmp_path / "serve.yaml"
+    path.write_text(SERVE_YAML)
+    exe = str(Path(sys.executable).with_name("rlinf-trainer"))
+    done = subprocess.run(
+        [exe, "serve", "--config", str(path), "train.min_robots=1", "train.wait_timeout_s=1",
+         f"log_dir={tmp_path / 'serve'}", f"data.record_dir={tmp_path / 'ds'}"],
+        capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+    assert done.returncode == 2
+    assert done.stderr.strip().splitlines()[-1] == (
+        "rlinf-trainer serve: train.min_robots=1: only 0 robots connected after 1 s"
+    )

@@ -83,6 +83,9 @@ class TrainSection:
     wait_timeout_s: float = 600.0
     step_timeout_s: float = 10.0  # a robot that sends nothing for this long is dropped for the iteration
     resume: bool = False  # continue the run in run.output_dir from its newest checkpoint
+    # After the last iteration: the final policy, greedy, for this many episodes on every connected
+    # robot -> <run dir>/robot_eval.json (0: none).
+    final_eval_episodes: int = 0
 
 
 @dataclass
@@ -142,10 +145,26 @@ class ServeConfig:
     log_dir: str = "runs/serve"  # TensorBoard figures per robot
 
 
+SERVE_PRESET_DIR = Path(__file__).resolve().parents[1] / "configs" / "serve"
+
+
+def serve_preset_names() -> list[str]:
+    return sorted(p.stem for p in SERVE_PRESET_DIR.glob("*.yaml"))
+
+
+def resolve_serve_config(name_or_path: str) -> Path:
+    """A YAML path, or the name of a preset in ``trainer/configs/serve/`` (e.g. ``cotrain_pick_lift``)."""
+    path = Path(name_or_path)
+    if path.exists():
+        return path
+    preset = SERVE_PRESET_DIR / f"{name_or_path}.yaml"
+    if path.suffix not in (".yaml", ".yml") and preset.is_file():
+        return preset
+    raise ConfigError(f"config file {name_or_path} does not exist; serve presets: {serve_preset_names()}")
+
+
 def load_serve_config(path: str | None, overrides: list[str] | None = None) -> ServeConfig:
-    if path is not None and not Path(path).exists():
-        raise ConfigError(f"config file {path} does not exist")
-    config = load_structured(ServeConfig, Path(path) if path else None, overrides)
+    config = load_structured(ServeConfig, resolve_serve_config(path) if path else None, overrides)
     if config.server.mode not in MODES:
         raise ConfigError(f"server.mode must be one of {MODES}, got {config.server.mode!r}")
     if config.server.mode == "train":
@@ -168,6 +187,8 @@ def load_serve_config(path: str | None, overrides: list[str] | None = None) -> S
         check_reward(config.reward)
         if min(config.train.sim_weight, config.train.robot_weight) < 0:
             raise ConfigError("train.sim_weight and train.robot_weight must be >= 0")
+        if config.train.final_eval_episodes < 0 or config.train.min_robots < 0:
+            raise ConfigError("train.final_eval_episodes and train.min_robots must be >= 0")
     if config.server.mode == "eval" and not is_saved_policy(config.eval.policy_path):
         raise ConfigError(
             f"server.mode=eval needs eval.policy_path, a saved policy (Policy.save's folder); got {config.eval.policy_path!r}"

@@ -18,13 +18,18 @@ log = logging.getLogger(__name__)
 class Evaluation:
     """Runs a fixed policy on each robot and keeps per-robot success statistics in a JSON file."""
 
-    def __init__(self, config: ServeConfig) -> None:
+    def __init__(self, policy_path: str, episodes_per_robot: int, greedy: bool, path: Path) -> None:
         from policies.factory import load_policy
 
-        self.config = config
-        self.driver = PolicyDriver(load_policy(config.eval.policy_path), greedy=config.eval.greedy)
-        self.path = Path(config.eval.results_file or Path(config.log_dir) / "eval.json")
+        self.policy_path, self.episodes_per_robot, self.path = policy_path, episodes_per_robot, path
+        self.driver = PolicyDriver(load_policy(policy_path), greedy=greedy)
         self.results: dict[str, dict] = {}
+
+    @classmethod
+    def from_config(cls, config: ServeConfig) -> Evaluation:
+        """``eval`` mode's evaluation: ``eval.*``, results in ``eval.results_file`` or ``<log_dir>/eval.json``."""
+        path = Path(config.eval.results_file or Path(config.log_dir) / "eval.json")
+        return cls(config.eval.policy_path, config.eval.episodes_per_robot, config.eval.greedy, path)
 
     async def run(self, session: RobotSession, stop: asyncio.Event) -> None:
         problem = self.driver.incompatibility(session)
@@ -32,9 +37,7 @@ class Evaluation:
             log.error("eval: %s; not driving it", problem)
             return
         record = self.results.setdefault(session.robot_id, {"episodes": 0, "successes": 0, "aborted": 0})
-        while (
-            not stop.is_set() and record["episodes"] + record["aborted"] < self.config.eval.episodes_per_robot
-        ):
+        while not stop.is_set() and record["episodes"] + record["aborted"] < self.episodes_per_robot:
             try:
                 end = await run_episode(
                     session, self.driver.remote_policy(session), seed=record["episodes"] + record["aborted"]
@@ -57,6 +60,18 @@ class Evaluation:
 
         from protos.atomic_files import write_atomic
 
-        write_atomic(
-            self.path, json.dumps({"policy": self.config.eval.policy_path, "robots": self.results}, indent=2)
-        )
+        write_atomic(self.path, json.dumps({"policy": self.policy_path, "robots": self.results}, indent=2))
+
+
+def evaluate_on_robots(server, loop: asyncio.AbstractEventLoop, evaluation: Evaluation) -> dict[str, dict]:
+    """Run ``evaluation`` on every connected robot at once (from a thread other than ``loop``'s)."""
+    from trainer.server.link_hosting import connected_robots
+
+    async def run_all() -> None:
+        stop = asyncio.Event()
+        sessions = [server.sessions[robot_id] for robot_id in connected_robots(server)]
+        await asyncio.gather(*(evaluation.run(session, stop) for session in sessions))
+
+    asyncio.run_coroutine_threadsafe(run_all(), loop).result()
+    evaluation.driver.close()
+    return evaluation.results

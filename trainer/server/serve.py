@@ -33,7 +33,7 @@ async def serve(config: ServeConfig, stop: asyncio.Event, on_started=None) -> Li
         raise ValueError(f"server.view must be '' or 'rerun', got {config.server.view!r}")
     sink = LeRobotEpisodeSink(config.data.record_dir, config.data.video_format())
     if config.server.mode == "eval":
-        evaluation = Evaluation(config)
+        evaluation = Evaluation.from_config(config)
         on_session = lambda session: evaluation.run(session, stop)  # noqa: E731
     else:
         on_session = lambda session: collect(session, config, stop)  # noqa: E731
@@ -113,9 +113,29 @@ def train(config: ServeConfig, on_started=None):
 
         runner = Runner(training, resume_dir=resume, make_envs=make_envs)
         runner.resume_hint = "the same serve command with train.resume=true"
-        return runner.run()
+        progress = runner.run()
+        if config.train.final_eval_episodes > 0:
+            final_robot_eval(config, link, thread.loop, run_dir)
+        return progress
     finally:
         stop_link(link, thread)
+
+
+def final_robot_eval(config: ServeConfig, link: LinkServer, loop, run_dir: Path) -> None:
+    """The final checkpoint's policy, greedy, on every connected robot -> ``<run_dir>/robot_eval.json``."""
+    from trainer.checkpoint import POLICY_DIR, latest_checkpoint
+    from trainer.server.robot_eval import evaluate_on_robots
+
+    checkpoint = latest_checkpoint(run_dir)
+    if checkpoint is None:
+        return
+    path = run_dir / "robot_eval.json"
+    evaluation = Evaluation(str(checkpoint / POLICY_DIR), config.train.final_eval_episodes, True, path)
+    results = evaluate_on_robots(link, loop, evaluation)
+    for robot_id, record in sorted(results.items()):
+        log.info("final eval on robot %s: %d/%d successes (%d aborted)", robot_id, record["successes"],
+                 record["episodes"], record["aborted"])  # fmt: skip
+    log.info("final robot evaluation -> %s", path)
 
 
 def main(config: ServeConfig) -> int:
