@@ -356,3 +356,23 @@ def test_training_with_no_robot_after_the_wait_is_one_line(tmp_path):
     assert done.stderr.strip().splitlines()[-1] == (
         "rlinf-trainer serve: train.min_robots=1: only 0 robots connected after 1 s"
     )
+
+
+def test_a_robot_that_does_not_fit_the_spec_does_not_count_towards_min_robots(tmp_path):
+    config = train_config(tmp_path, "train.min_robots=1", "train.wait_timeout_s=3")
+    agents = []
+
+    def on_started(server) -> None:  # a twin that shows the goal: its state is not the sim's
+        agents.append(
+            start_agent(server.port, tmp_path / "x", robot_id="x", driver={**TWIN, "privileged_state": True})
+        )
+
+    try:
+        with pytest.raises(
+            TimeoutError, match=r"only 0 robots connected after 3 s \(1 more did not fit: state fields differ.*robot x has "
+        ):
+            train(config, on_started)
+    finally:
+        for agent in agents:
+            agent.stop()
+    assert latest_checkpoint(tmp_path / "serve" / "train") is None

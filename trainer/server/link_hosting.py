@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 from trainer.server.auth import AuthConfigError, ServerAuthConfig, load_robot_tokens
 from trainer.server.config import ServeConfig
 from trainer.server.link_server import LinkServer, LinkServerConfig, LinkServerThread
 from trainer.server.recorder import LeRobotEpisodeSink
+from trainer.server.session import RobotSession
 
 
 def auth_from(config: ServeConfig) -> ServerAuthConfig:
@@ -50,12 +52,31 @@ def connected_robots(server: LinkServer) -> list[str]:
     return [robot_id for robot_id, s in server.sessions.items() if s.state != "disconnected"]
 
 
-def wait_for_robots(link: LinkServer, count: int, timeout_s: float, key: str) -> None:
+def wait_for_robots(
+    link: LinkServer,
+    count: int,
+    timeout_s: float,
+    key: str,
+    misfit: Callable[[RobotSession], str | None] | None = None,
+) -> None:
+    """Wait until ``count`` robots are connected (and fit: ``misfit(session)`` is None), or raise
+    :class:`TimeoutError` naming how many came and why any did not count."""
     deadline = time.monotonic() + timeout_s
-    while len(connected_robots(link)) < count:
+    while True:
+        problems = {}
+        for robot_id in connected_robots(link):
+            problem = misfit(link.sessions[robot_id]) if misfit is not None else None
+            if problem:
+                problems[robot_id] = problem
+        fitting = len(connected_robots(link)) - len(problems)
+        if fitting >= count:
+            return
         if time.monotonic() > deadline:
+            refused = (
+                f" ({len(problems)} more did not fit: {next(iter(problems.values()))})" if problems else ""
+            )
             raise TimeoutError(
-                f"{key}={count}: only {len(connected_robots(link))} robots connected after {timeout_s:.0f} s"
+                f"{key}={count}: only {fitting} robots connected after {timeout_s:.0f} s{refused}"
             )
         time.sleep(0.2)
 

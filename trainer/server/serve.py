@@ -82,6 +82,7 @@ def train(config: ServeConfig, on_started=None):
     as ``rlinf-trainer train`` does. Robot episodes are recorded to ``data.record_dir`` as in
     ``collect``. Returns the runner's :class:`~trainer.checkpoint.Progress`.
     """
+    from protos.env_spec import spec_mismatch
     from trainer.checkpoint import latest_checkpoint
     from trainer.runner import Runner, make_sim_envs
     from trainer.server.config import training_config
@@ -98,11 +99,16 @@ def train(config: ServeConfig, on_started=None):
     if on_started is not None:
         on_started(link)
     try:
-        wait_for_robots(link, config.train.min_robots, config.train.wait_timeout_s, "train.min_robots")
 
         def make_envs(cfg):
             weights = {"sim": config.train.sim_weight, "robot": config.train.robot_weight}
             sim = make_sim_envs(cfg)
+            try:  # only robots whose spec fits the sim's count towards train.min_robots
+                wait_for_robots(link, config.train.min_robots, config.train.wait_timeout_s, "train.min_robots",
+                                misfit=lambda s: spec_mismatch(sim.spec, s.spec, f"robot {s.robot_id}"))  # fmt: skip
+            except BaseException:
+                sim.close()
+                raise
             recorder = None
             if config.data.sim_record_dir:
                 recorder = SimEpisodeRecorder(config.data.sim_record_dir, sim.spec, sim.num_envs,

@@ -1,0 +1,352 @@
+"""Sim-to-real on FrankaPickLift: which lever closes the gap to "the real robot"?
+
+The real robot is the sim twin under a reality-gap profile (``--gap PROFILE.json``; default: the
+``REALITY_GAP`` dynamics: friction x0.7, cube mass x1.5, actuator gain x0.8, 40 ms latency), run by
+``rlinf-robot connect --robot sim-twin`` agent processes over the real gRPC link, at its real 10 Hz.
+Every arm trains a state policy (7-D end-effector actions, the cube's pose in the state) for the same
+wall-clock budget, then its final policy is evaluated greedily on twins over the link:
+
+- ``sim_nominal``: PPO on the nominal sim only;
+- ``sim_dr``: PPO on the sim with domain randomisation of the dynamics (ranges that cover the gap);
+- ``sim_sysid``: PPO on the sim with the physics ``rlinf-calibrate sysid`` fitted from ``--sysid-episodes``
+  twin episodes (random actions, collected over the link; they count as robot episodes);
+- ``cotrain_scratch`` / ``cotrain_finetune``: ``serve server.mode=train``, PPO on 16 sim envs + 2 twins
+  (robot weight 2), from scratch / from ``sim_nominal``'s final policy;
+- ``twin_only``: RLPD on 2 twins alone, from 20 scripted demonstrations (real-world RL as HIL-SERL;
+  the pool's one sim env has weight 0).
+
+Reported per arm and seed: twin success over ``--eval-episodes``, robot episodes used, robot episodes
+until the robots' training success reached 80 % (rolling over 10), and the sysid fit.
+
+    python benchmarks/sim_to_real.py [--minutes 8] [--seeds 3] [--eval-episodes 50] [--arms ...]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import shutil
+import signal
+import subprocess
+import sys
+import threading
+import time
+from dataclasses import asdict
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+RESULTS = Path(__file__).with_name("results")
+ARMS = ("sim_nominal", "sim_dr", "sim_sysid", "cotrain_scratch", "cotrain_finetune", "twin_only")
+SIM_KWARGS = "cameras: [], action_rotation: true, privileged_state: true"
+# Domain randomisation for sim_dr: generic ranges around nominal that a user would pick.
+DR = "{friction_scale: [0.5, 1.2], object_mass_scale: [0.5, 2.0], actuator_gain_scale: [0.7, 1.2], control_latency_ms: [0.0, 60.0]}"
+
+
+class BenchmarkError(ValueError):
+    """Bad input, in one line."""
+
+
+def load_gap(path: Path | None) -> dict:
+    """The twin's randomisation (a fixed perturbation) as a plain dict for its driver config."""
+    from sim_envs.randomization import REALITY_GAP, DomainRandomization
+
+    if path is None:
+        return {k: list(v) if isinstance(v, tuple) else v for k, v in asdict(REALITY_GAP).items()}
+    try:
+        profile = json.loads(path.read_text())
+        DomainRandomization.from_any(profile)
+    except (OSError, ValueError, TypeError) as exc:
+        raise BenchmarkError(f"--gap {path}: {exc}") from None
+    return profile
+
+
+# -- the "real robots" -------------------------------------------------------------------------
+class TwinFleet:
+    """``count`` twin agents as ``rlinf-robot connect`` processes dialling into ``port``."""
+
+    def __init__(self, port: int, count: int, gap: dict, work: Path, prefix: str) -> None:
+        work.mkdir(parents=True, exist_ok=True)
+        exe = str(Path(sys.executable).with_name("rlinf-robot"))
+        self.processes = []
+        for i in range(count):
+            robot_id = f"{prefix}-{i}"
+            config = work / f"{robot_id}.json"
+            config.write_text(json.dumps({
+                "driver": {"task": "pick_lift", "cameras": [], "privileged_state": True, "randomization": gap},
+                "agent": {"spool_dir": str(work / f"spool-{robot_id}")},
+            }))  # fmt: skip
+            command = [exe, "connect", "--server", f"127.0.0.1:{port}", "--robot", "sim-twin", "--insecure",
+                       "--robot-config", str(config), "--robot-id", robot_id]  # fmt: skip
+            log = open(work / f"{robot_id}.log", "w")  # noqa: SIM115 (closed with the process)
+            self.processes.append((subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT), log))
+
+    def stop(self) -> None:
+        for process, _ in self.processes:
+            process.send_signal(signal.SIGINT)
+        for process, log in self.processes:
+            try:
+                process.wait(15)
+            except subprocess.TimeoutExpired:
+                process.kill()
+            log.close()
+
+
+def serve_config(work: Path, *overrides: str):
+    from trainer.server.config import load_serve_config
+
+    return load_serve_config(None, ["server.insecure=true", "server.host=127.0.0.1", "server.port=0",
+                                    f"data.record_dir={work / 'robot_episodes'}", 'data.sim_record_dir=""',
+                                    f"log_dir={work / 'serve'}", *overrides])  # fmt: skip
+
+
+def evaluate_on_twins(policy: Path, episodes: int, twins: int, gap: dict, work: Path) -> dict:
+    """The policy, greedy, on ``twins`` twin agents until ``episodes`` episodes in all."""
+    from trainer.server.link_hosting import start_link, stop_link, wait_for_robots
+    from trainer.server.robot_eval import Evaluation, evaluate_on_robots
+
+    config = serve_config(work)
+    link, thread = start_link(config)
+    fleet = TwinFleet(link.port, twins, gap, work / "twins", "eval")
+    try:
+        wait_for_robots(link, twins, 120, "eval twins")
+        per_robot = -(-episodes // twins)
+        results = evaluate_on_robots(
+            link, thread.loop, Evaluation(str(policy), per_robot, True, work / "eval.json")
+        )
+    finally:
+        fleet.stop()
+        stop_link(link, thread)
+    done = sum(r["episodes"] for r in results.values())
+    return {"episodes": done, "success_rate": sum(r["successes"] for r in results.values()) / max(done, 1),
+            "aborted": sum(r["aborted"] for r in results.values())}  # fmt: skip
+
+
+# -- the arms ------------------------------------------------------------------------------------
+def train_in_sim(work: Path, minutes: float, seed: int, kwargs: str) -> Path:
+    from trainer.checkpoint import POLICY_DIR, latest_checkpoint
+    from trainer.configs.loader import load_config
+    from trainer.runner import Runner
+
+    cfg = load_config("ppo_pick_lift", [f"env.kwargs={{{kwargs}}}", f"run.max_wall_minutes={minutes}",
+                                        "run.total_env_steps=100000000", "run.eval_every=0", f"run.seed={seed}",
+                                        f"run.output_dir={work / 'run'}"])  # fmt: skip
+    Runner(cfg).run()
+    return latest_checkpoint(work / "run") / POLICY_DIR
+
+
+def train_with_twins(
+    work: Path, minutes: float, seed: int, gap: dict, twins: int, overrides: list[str], **train
+) -> Path:
+    from trainer.checkpoint import POLICY_DIR, latest_checkpoint
+    from trainer.server.serve import train as serve_train
+
+    training = [f"run.max_wall_minutes={minutes}", "run.total_env_steps=100000000", "run.eval_every=0",
+                f"run.seed={seed}", f"run.output_dir={work / 'run'}", *overrides]  # fmt: skip
+    config = serve_config(work, "server.mode=train", f"train.min_robots={twins}", "train.wait_timeout_s=120",
+                          f"train.overrides=[{', '.join(json.dumps(o) for o in training)}]",
+                          *(f"train.{k}={v}" for k, v in train.items()))  # fmt: skip
+    fleets = []
+    try:
+        serve_train(
+            config,
+            on_started=lambda link: fleets.append(TwinFleet(link.port, twins, gap, work / "twins", "train")),
+        )
+    finally:
+        for fleet in fleets:
+            fleet.stop()
+    return latest_checkpoint(work / "run") / POLICY_DIR
+
+
+def collect_twin_episodes(work: Path, count: int, twins: int, gap: dict) -> Path:
+    """``count`` random-action twin episodes over the link (``serve`` collect mode)."""
+    import asyncio
+
+    from protos.lerobot_reader import read_info
+    from trainer.server.serve import serve
+
+    root = work / "robot_episodes"
+    config = serve_config(work, "collect.policy=random", f"collect.episodes_per_robot={-(-count // twins)}")
+    ready, state = threading.Event(), {}
+
+    def run() -> None:
+        async def main() -> None:
+            state["stop"], state["loop"] = asyncio.Event(), asyncio.get_running_loop()
+            await serve(config, state["stop"], on_started=lambda s: (state.update(port=s.port), ready.set()))
+
+        asyncio.run(main())
+
+    thread = threading.Thread(target=run, daemon=True)
+    thread.start()
+    ready.wait(60)
+    fleet = TwinFleet(state["port"], twins, gap, work / "twins", "sysid")
+    try:
+        while not (root / "meta" / "info.json").is_file() or read_info(root)["total_episodes"] < count:
+            time.sleep(1.0)
+    finally:
+        fleet.stop()
+        state["loop"].call_soon_threadsafe(state["stop"].set)
+        thread.join(60)
+    return root
+
+
+def fit_physics(work: Path, dataset: Path) -> tuple[Path, dict]:
+    out = work / "physics.json"
+    exe = str(Path(sys.executable).with_name("rlinf-calibrate"))
+    subprocess.run(
+        [exe, "sysid", "--dataset", str(dataset), "--task", "pick_lift", "--out", str(out)], check=True
+    )
+    return out, json.loads(out.read_text())["fit"]
+
+
+def robot_learning_curve(dataset: Path) -> dict:
+    """Robot episodes used, and how many it took until 10 in a row averaged >= 80 % success."""
+    from protos.lerobot_reader import read_episodes, read_info
+
+    if not (dataset / "meta" / "info.json").is_file():
+        return {"robot_episodes": 0, "robot_episodes_to_80": None}
+    rows = read_episodes(dataset)
+    rows = rows[~rows["aborted"].astype(bool)] if "aborted" in rows else rows
+    success = rows["success"].astype(float).tolist() if "success" in rows else []
+    to_80 = next((i + 1 for i in range(9, len(success)) if sum(success[i - 9 : i + 1]) >= 8), None)
+    return {"robot_episodes": int(read_info(dataset)["total_episodes"]), "robot_episodes_to_80": to_80}
+
+
+def run_arm(arm: str, seed: int, args, gap: dict, work: Path, finetune_from: Path | None) -> dict:
+    tick = time.monotonic()
+    row: dict = {"arm": arm, "seed": seed}
+    if arm == "sim_nominal":
+        policy = train_in_sim(work, args.minutes, seed, SIM_KWARGS)
+    elif arm == "sim_dr":
+        policy = train_in_sim(work, args.minutes, seed, f"{SIM_KWARGS}, randomization: {DR}")
+    elif arm == "sim_sysid":
+        dataset = collect_twin_episodes(work / "sysid", args.sysid_episodes, 2, gap)
+        physics, fit = fit_physics(work, dataset)
+        row["sysid"] = {"params": json.loads(physics.read_text())["params"], "error_before": fit["error_before"],
+                        "error_after": fit["error_after"], "robot_episodes": args.sysid_episodes}  # fmt: skip
+        row["robot_episodes"] = args.sysid_episodes
+        policy = train_in_sim(work, args.minutes, seed, f"{SIM_KWARGS}, physics_file: {physics}")
+    elif arm in ("cotrain_scratch", "cotrain_finetune"):
+        overrides = ["env.num_envs=16", f"env.kwargs={{{SIM_KWARGS}}}"]
+        if arm == "cotrain_finetune":
+            if finetune_from is None:
+                raise BenchmarkError("cotrain_finetune needs the sim_nominal arm first (same seed)")
+            overrides.append(f"policy.init_from={finetune_from}")
+        policy = train_with_twins(
+            work, args.minutes, seed, gap, 2, overrides, config="ppo_pick_lift", robot_weight=2.0
+        )
+    elif arm == "twin_only":
+        # RLPD as HIL-SERL runs it: 20 demonstrations (here the sim's scripted expert stands in for a
+        # human's teleop), then RL on the robots alone; the pool's one sim env has weight 0.
+        overrides = ["env.num_envs=1", f"env.kwargs={{{SIM_KWARGS}}}", "algo.learning_starts=400"]
+        policy = train_with_twins(
+            work, args.minutes, seed, gap, 2, overrides, config="rlpd_pick_lift", sim_weight=0.0
+        )
+    else:
+        raise BenchmarkError(f"unknown arm {arm!r}; arms: {list(ARMS)}")
+    row["train_wall_s"] = round(time.monotonic() - tick, 1)
+    if arm.startswith(("cotrain", "twin")):
+        row.update(robot_learning_curve(work / "robot_episodes"))
+    row.setdefault("robot_episodes", 0)
+    row["policy"] = str(policy)
+    row["twin_eval"] = evaluate_on_twins(policy, args.eval_episodes, args.eval_twins, gap, work / "eval")
+    print(f"{arm} seed {seed}: twin success {row['twin_eval']['success_rate']:.2f} over "
+          f"{row['twin_eval']['episodes']} episodes; robot episodes {row['robot_episodes']}", flush=True)  # fmt: skip
+    return row
+
+
+def summarise(rows: list[dict]) -> dict:
+    import numpy as np
+
+    summary = {}
+    for arm in dict.fromkeys(r["arm"] for r in rows):
+        mine = [r for r in rows if r["arm"] == arm]
+        rates = [r["twin_eval"]["success_rate"] for r in mine]
+        to_80 = [r.get("robot_episodes_to_80") for r in mine]
+        summary[arm] = {"twin_success_median": float(np.median(rates)), "twin_success": rates,
+                        "robot_episodes": [r["robot_episodes"] for r in mine], "robot_episodes_to_80": to_80}  # fmt: skip
+    if "sim_nominal" in summary:
+        base = summary["sim_nominal"]["twin_success_median"]
+        best = max(summary, key=lambda a: summary[a]["twin_success_median"])
+        summary["best_arm"] = {"arm": best, "points_over_sim_nominal": 100 * (summary[best]["twin_success_median"] - base),
+                               "target_points": 20}  # fmt: skip
+    return summary
+
+
+def plot(summary: dict, path: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    arms = [a for a in summary if a != "best_arm"]
+    figure, ax = plt.subplots(figsize=(8, 3.5))
+    for i, arm in enumerate(arms):
+        rates = summary[arm]["twin_success"]
+        ax.bar(i, summary[arm]["twin_success_median"], color="#4c72b0", alpha=0.7)
+        ax.plot([i] * len(rates), rates, "ko", ms=4)
+    ax.set_xticks(range(len(arms)), arms, rotation=20, fontsize=8)
+    ax.set_ylabel("success on the twin")
+    ax.set_ylim(0, 1)
+    figure.tight_layout()
+    figure.savefig(path, dpi=100)
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("--minutes", type=float, default=8.0, help="training wall-clock budget per arm")
+    parser.add_argument("--seeds", type=int, default=3)
+    parser.add_argument("--eval-episodes", type=int, default=50)
+    parser.add_argument("--eval-twins", type=int, default=5, help="twin agents evaluating at once")
+    parser.add_argument("--sysid-episodes", type=int, default=20)
+    parser.add_argument("--arms", nargs="+", default=list(ARMS))
+    parser.add_argument("--gap", type=Path, help="the twin's reality gap: a JSON of randomisation keys")
+    parser.add_argument("--work", type=Path, default=Path("runs/bench-sim-to-real"))
+    parser.add_argument("--out", type=Path, default=RESULTS / "sim_to_real.json")
+    args = parser.parse_args()
+    try:
+        gap = load_gap(args.gap)
+        unknown = [a for a in args.arms if a not in ARMS]
+        if unknown:
+            raise BenchmarkError(f"unknown arm {unknown[0]!r}; arms: {list(ARMS)}")
+    except BenchmarkError as exc:
+        print(f"sim_to_real: {exc}", file=sys.stderr)
+        return 2
+    shutil.rmtree(args.work, ignore_errors=True)
+    rows = []
+    for seed in range(args.seeds):
+        finetune_from = None
+        for arm in args.arms:
+            row = run_arm(arm, seed, args, gap, args.work / f"{arm}-{seed}", finetune_from)
+            if arm == "sim_nominal":
+                finetune_from = Path(row["policy"])
+            rows.append(row)
+            write(args, gap, rows)
+    summary = write(args, gap, rows)
+    print(json.dumps(summary, indent=2))
+    return 0
+
+
+def write(args, gap: dict, rows: list[dict]) -> dict:
+    from protos.atomic_files import write_atomic
+
+    summary = summarise(rows)
+    result = {
+        "benchmark": "sim_to_real",
+        "task": "FrankaPickLift, state policy, sim twin agents over the gRPC link at 10 Hz",
+        "machine": {"cpus": os.cpu_count(), "python": platform.python_version()},
+        "settings": {k: str(v) if isinstance(v, Path) else v for k, v in vars(args).items()},
+        "gap": gap,
+        "runs": rows,
+        "summary": summary,
+    }
+    write_atomic(args.out, json.dumps(result, indent=2) + "\n")
+    plot(summary, args.out.with_suffix(".png"))
+    return summary
+
+
+if __name__ == "__main__":
+    sys.exit(main())
