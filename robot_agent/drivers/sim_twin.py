@@ -39,6 +39,8 @@ class SimTwinConfig:
     # True: the state also carries the task's object poses, standing in for a perception module
     # (lets state policies learn on the twin; a real arm shows proprioception only).
     privileged_state: bool = False
+    # False: 4-D actions (translation + gripper), as the embedded default policy (ppo_pick_lift) uses.
+    action_rotation: bool = True
     # False: reward 0 and never success or terminated, as a real arm reports (the trainer's reward
     # source, e.g. a success classifier, has to judge the episode).
     report_reward: bool = True
@@ -69,6 +71,7 @@ class SimTwinDriver(RobotDriver):
             image_width=self.config.image_size,
             reward_type=self.config.reward_type,
             privileged_state=self.config.privileged_state,
+            action_rotation=self.config.action_rotation,
             randomization=randomization,  # type: ignore[arg-type]  (from_overrides converts a dict)
             max_episode_steps=1_000_000_000,  # the agent truncates at the spec's horizon, not the env
         )

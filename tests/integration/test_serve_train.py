@@ -369,7 +369,8 @@ def test_a_robot_that_does_not_fit_the_spec_does_not_count_towards_min_robots(tm
 
     try:
         with pytest.raises(
-            TimeoutError, match=r"only 0 robots connected after 3 s \(1 more did not fit: state fields differ.*robot x has "
+            TimeoutError,
+            match=r"only 0 robots connected after 3 s \(1 more did not fit: state fields differ.*robot x has ",
         ):
             train(config, on_started)
     finally:
