@@ -298,7 +298,9 @@ def run_sysid(args: argparse.Namespace) -> str:
     overlay = args.out.with_name(args.out.stem + "_overlay.png")
     plot_overlay(overlay, episodes[0], replayer, result.params, fps)
     fitted = ", ".join(
-        f"{name} {row['fitted']:.3g}{row['unit']}" for name, row in result.per_parameter.items()
+        f"{name} {row['fitted']:.3g}{row['unit']}"
+        + ("" if row["identified"] else " (not identified: nominal)")
+        for name, row in result.per_parameter.items()
     )
     return (
         f"{fitted}; replay error {result.error_before:.4f} -> {result.error_after:.4f} over {len(episodes)} "

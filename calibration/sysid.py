@@ -243,23 +243,31 @@ def fit(
             progress(generation, best_loss)
         if search.stop() and generation > 0:
             break
-    fitted = params_of(best_x)
-    before = replayer.squared_errors(episodes, nominal)
-    after = replayer.squared_errors(episodes, fitted)
-    per_parameter = {}
+    searched = params_of(best_x)
+    before = objective(replayer.squared_errors(episodes, nominal))
+    searched_error = objective(replayer.squared_errors(episodes, searched))
+    # A parameter the episodes cannot tell apart (left nominal, the error rises by under 10 %) stays
+    # nominal: the search wanders along flat directions, and a wandered value is a guess, not a fit.
+    fitted, per_parameter = searched, {}
     for name in cfg.params:
-        alone = replace(nominal, **{name: getattr(fitted, name)})
-        back = replace(fitted, **{name: getattr(nominal, name)})
+        back = replace(searched, **{name: getattr(nominal, name)})
+        back_error = objective(replayer.squared_errors(episodes, back))
+        identified = back_error > 1.1 * searched_error + 1e-4 * before
+        if not identified:
+            fitted = replace(fitted, **{name: getattr(nominal, name)})
+        alone = replace(nominal, **{name: getattr(searched, name)})
         per_parameter[name] = {
             "nominal": getattr(nominal, name),
+            "searched": getattr(searched, name),
             "fitted": getattr(fitted, name),
+            "identified": identified,
             "unit": SEARCH_RANGES[name].unit,
             "error_with_only_this_fitted": objective(replayer.squared_errors(episodes, alone)),
-            # Near error_after: the episodes hardly tell this parameter apart (not identified by them).
-            "error_with_only_this_nominal": objective(replayer.squared_errors(episodes, back)),
+            "error_with_only_this_nominal": back_error,
         }
-    return FitResult(fitted, objective(before), objective(after), field_rms(before), field_rms(after),
-                     per_parameter, evaluations)  # fmt: skip
+    after = replayer.squared_errors(episodes, fitted)
+    return FitResult(fitted, before, objective(after), field_rms(replayer.squared_errors(episodes, nominal)),
+                     field_rms(after), per_parameter, evaluations)  # fmt: skip
 
 
 def plot_overlay(

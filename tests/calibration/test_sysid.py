@@ -155,3 +155,17 @@ def test_sysid_refuses_another_robots_dataset_and_an_empty_one(tmp_path):
             [EXE, "sysid", "--dataset", str(dataset)], cwd=ROOT, capture_output=True, text=True, timeout=120
         )
         assert done.returncode == 2 and message in done.stderr and len(done.stderr.strip().splitlines()) == 1
+
+
+def test_parameters_the_episodes_cannot_tell_apart_stay_nominal(tmp_path):
+    # Random motion that never touches the cube says nothing about its friction or mass.
+    root = record_random_episodes(tmp_path / "no_contact", "pick_lift", 3, 20, GAP)
+    recorded = load_recorded_episodes(root, max_episodes=3)
+    replayer = EpisodeReplayer("pick_lift", recorded)
+    cfg = SysIdConfig(str(root), params=("friction_scale", "object_mass_scale", "actuator_gain_scale"),
+                      generations=6, population=6)  # fmt: skip
+    result = fit(recorded.episodes, replayer, cfg)
+    rows = result.per_parameter
+    assert not rows["friction_scale"]["identified"] and result.params.friction_scale == 1.0
+    assert not rows["object_mass_scale"]["identified"] and result.params.object_mass_scale == 1.0
+    assert rows["actuator_gain_scale"]["identified"] and result.params.actuator_gain_scale < 0.95

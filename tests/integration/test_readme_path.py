@@ -1,13 +1,15 @@
-"""The README's path after the main job, command by command: train the default preset, run its policy
-on the default twin (``serve server.mode=eval``), then train on sim + that twin (``server.mode=train``).
+"""The README's path after the main job, from the README's own text: train the default preset, run
+its policy on the twin (``serve server.mode=eval``), then train on sim + that twin (``server.mode=train``).
 
-Each step is the README's command as a real process (trainer, agent), shortened by overrides only:
-a small budget and 10-step episodes.
+Each step is the README's command as a real process (trainer, agent), with this test's port, folders
+and a shortening (a small budget, 10-step episodes) appended: if the README drifts from the CLI,
+this fails.
 """
 
 from __future__ import annotations
 
 import json
+import shlex
 import signal
 import subprocess
 import sys
@@ -21,9 +23,8 @@ from trainer.checkpoint import latest_checkpoint
 
 pytestmark = pytest.mark.slow
 BIN = Path(sys.executable).parent
+ROOT = Path(__file__).resolve().parents[2]
 SHORT = "env.kwargs={cameras: [], action_rotation: false, max_episode_steps: 10}"
-# The README's twin.toml (what the default policy reads and sends), with 10-step episodes.
-TWIN_TOML = "[driver]\nprivileged_state = true\naction_rotation = false\nmax_episode_steps = 10\n"
 
 
 def start(*command: str, log: Path) -> subprocess.Popen:
@@ -54,7 +55,23 @@ def wait_for(predicate, timeout: float, what: str, *watched: subprocess.Popen) -
     raise AssertionError(f"timed out waiting for {what}")
 
 
-def test_the_default_policy_runs_on_the_default_twin_and_trains_on_sim_plus_twin(tmp_path):
+def readme_commands() -> list[list[str]]:
+    """The commands of the README's code block after "Then run that policy on the sim twin", each an
+    argv (continuation lines joined, comments and a trailing ``&`` dropped)."""
+    text = (ROOT / "README.md").read_text()
+    block = text[text.index("Then run that policy on the sim twin") :]
+    block = block[block.index("```bash") + len("```bash") : block.index("```", block.index("```bash") + 7)]
+    commands = []
+    for line in block.replace("\\\n", " ").splitlines():
+        argv = shlex.split(line, comments=True)
+        if argv:
+            commands.append(argv[:-1] if argv[-1] == "&" else argv)
+    return commands
+
+
+def test_the_readmes_path_runs_the_default_policy_on_the_twin_and_trains_on_sim_plus_twin(tmp_path):
+    printf, serve_eval, connect, serve_train, connect_again = readme_commands()
+    assert connect == connect_again and printf[0] == "printf"
     # 1. The main job (`rlinf-trainer train`), on a small budget.
     run = tmp_path / "run"
     done = subprocess.run(
@@ -63,19 +80,37 @@ def test_the_default_policy_runs_on_the_default_twin_and_trains_on_sim_plus_twin
         capture_output=True, text=True, timeout=300,
     )  # fmt: skip
     assert done.returncode == 0, done.stderr[-2000:]
-    policy = latest_checkpoint(run) / "policy"
-    twin_toml = tmp_path / "twin.toml"
-    twin_toml.write_text(TWIN_TOML)
+    policy = str(latest_checkpoint(run) / "policy")
+    subprocess.run(
+        printf[:-2] if printf[-2] == ">" else printf,
+        check=True,
+        cwd=tmp_path,
+        stdout=(tmp_path / "twin.toml").open("w"),
+    )
+    with (tmp_path / "twin.toml").open("a") as toml:
+        toml.write("max_episode_steps = 10\n")  # short episodes, for the test's sake
+
+    port = free_port()
+
+    def local(argv: list[str], *extra: str) -> list[str]:
+        """The README's argv run here: its binaries, this test's port, policy and folders."""
+        out = [str(BIN / Path(argv[0]).name)]
+        for arg in argv[1:]:
+            arg = arg.replace("runs/<run>/checkpoints/step_<N>/policy", policy).replace(":50051", f":{port}")
+            if arg.startswith("train.overrides=[") and arg.endswith("]"):
+                arg = arg[:-1] + f", env.backend=inline, '{SHORT}', run.total_env_steps=60, run.eval_every=0]"
+            out.append(arg)
+        return [*out, *extra]
+
+    common = ["server.host=127.0.0.1", f"server.port={port}", f"log_dir={tmp_path / 'serve'}",
+              f"data.record_dir={tmp_path / 'robot_ds'}"]  # fmt: skip
+    agent_argv = local(connect, "--spool-dir", str(tmp_path / "spool"))
 
     # 2. Its policy on the twin: `serve server.mode=eval` + `rlinf-robot connect --robot sim-twin`.
-    port = free_port()
-    common = ["--insecure", "server.host=127.0.0.1", f"server.port={port}", f"log_dir={tmp_path / 'serve'}",
-              f"data.record_dir={tmp_path / 'robot_ds'}"]  # fmt: skip
-    agent_args = ("rlinf-robot", "connect", "--server", f"127.0.0.1:{port}", "--robot", "sim-twin", "--insecure",
-                  "--robot-config", str(twin_toml), "--spool-dir", str(tmp_path / "spool"))  # fmt: skip
-    server = start("rlinf-trainer", "serve", *common, "server.mode=eval", f"eval.policy_path={policy}",
-                   "eval.episodes_per_robot=2", log=tmp_path / "eval.log")  # fmt: skip
-    agent = start(*agent_args, log=tmp_path / "agent_eval.log")
+    server = start(
+        *local(serve_eval, *common, "eval.episodes_per_robot=2"), cwd=tmp_path, log=tmp_path / "eval.log"
+    )
+    agent = start(*agent_argv, cwd=tmp_path, log=tmp_path / "agent_eval.log")
     results = tmp_path / "serve" / "eval.json"
 
     def evaluated() -> bool:
@@ -92,11 +127,9 @@ def test_the_default_policy_runs_on_the_default_twin_and_trains_on_sim_plus_twin
     assert "does not fit" not in (tmp_path / "eval.log").read_text()
 
     # 3. Training on sim + the twin, from that policy: `serve server.mode=train`.
-    overrides = f"train.overrides=[policy.init_from={policy}, env.num_envs=2, env.backend=inline, '{SHORT}', run.total_env_steps=60, run.eval_every=0]"
-    server = start("rlinf-trainer", "serve", *common, "server.mode=train", "train.config=ppo_pick_lift",
-                   "train.min_robots=1", "train.wait_timeout_s=120", "train.final_eval_episodes=1", overrides,
-                   log=tmp_path / "train.log")  # fmt: skip
-    agent = start(*agent_args, log=tmp_path / "agent_train.log")
+    server = start(*local(serve_train, *common, "train.wait_timeout_s=120", "train.final_eval_episodes=1"),
+                   cwd=tmp_path, log=tmp_path / "train.log")  # fmt: skip
+    agent = start(*agent_argv, cwd=tmp_path, log=tmp_path / "agent_train.log")
     try:
         assert server.wait(240) == 0, (tmp_path / "train.log").read_text()[-3000:]
     finally:
