@@ -37,6 +37,16 @@ _REFUSED_AT_REGISTRATION = (*_REFUSED, grpc.StatusCode.INVALID_ARGUMENT, grpc.St
 _TLS_FAILURES = ("handshake", "certificate", "ssl_", "tsi_")
 
 
+def _tls_reason(details: str) -> str:
+    """gRPC's handshake error as what to check."""
+    if "CERTIFICATE_VERIFY_FAILED" in details:
+        return ("the trainer's certificate does not verify against --tls-ca (CERTIFICATE_VERIFY_FAILED): "
+                "give the CA that signed it, and check that the address is in its subjectAltName")  # fmt: skip
+    first = details.splitlines()[0] if details else "no details"
+    return (f"{first[:160]}: check --tls-ca (the CA that signed the trainer's certificate), the client "
+            "certificate and its dates")  # fmt: skip
+
+
 class LinkRefused(RuntimeError):
     """The trainer refused this agent (wrong token, certificate or protocol): retrying cannot help."""
 
@@ -143,10 +153,7 @@ class LinkClient:
         if code in refused:
             raise LinkRefused(f"the trainer refused robot {self.robot_id!r}: {code.name}: {details}")
         if code == grpc.StatusCode.UNAVAILABLE and any(m in details.lower() for m in _TLS_FAILURES):
-            raise LinkRefused(
-                f"TLS with {self.config.server} failed ({details.splitlines()[0][:200]}): check --tls-ca "
-                "(the CA that signed the trainer's certificate), the client certificate and its dates"
-            )
+            raise LinkRefused(f"TLS with {self.config.server} failed: {_tls_reason(details)}")
 
     async def _raise_if_tls_fails(self, code: grpc.StatusCode) -> None:
         """Before a welcome, an UNAVAILABLE under TLS may hide a certificate problem: probe once."""

@@ -46,7 +46,7 @@ def test_the_readmes_certificates_admit_a_robot_and_a_wrong_ca_is_one_line_exit_
         return subprocess.Popen(
             [ROBOT, "connect", "--server", f"localhost:{server.server.port}", "--robot", "sim-twin",
              "--robot-config", str(twin), "--tls-ca", str(ca), "--tls-cert", str(lab / "robot.pem"),
-             "--tls-key", str(lab / "robot.key"), "--spool-dir", str(tmp_path / name)],
+             "--tls-key", str(lab / "robot.key"), "--robot-id", "franka-left", "--spool-dir", str(tmp_path / name)],
             stderr=subprocess.PIPE, text=True,
         )  # fmt: skip
 
