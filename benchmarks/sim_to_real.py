@@ -200,17 +200,23 @@ def fit_physics(work: Path, dataset: Path) -> tuple[Path, dict]:
     return out, json.loads(out.read_text())["fit"]
 
 
-def robot_learning_curve(dataset: Path) -> dict:
-    """Robot episodes used, and how many it took until 10 in a row averaged >= 80 % success."""
+def robot_learning_curve(dataset: Path, demo_episodes: int = 0) -> dict:
+    """Robot episodes used, and how many it took until the policy's last 10 (after the first
+    ``demo_episodes``, played by a demonstrator) averaged >= 80 % success."""
     from protos.lerobot_reader import read_episodes, read_info
 
     if not (dataset / "meta" / "info.json").is_file():
         return {"robot_episodes": 0, "robot_episodes_to_80": None}
     rows = read_episodes(dataset)
-    rows = rows[~rows["aborted"].astype(bool)] if "aborted" in rows else rows
-    success = rows["success"].astype(float).tolist() if "success" in rows else []
-    to_80 = next((i + 1 for i in range(9, len(success)) if sum(success[i - 9 : i + 1]) >= 8), None)
-    return {"robot_episodes": int(read_info(dataset)["total_episodes"]), "robot_episodes_to_80": to_80}
+    success = rows["success"].astype(float).tolist()
+    demos = success[:demo_episodes]
+    policy = [
+        s for s, aborted in zip(success[demo_episodes:], rows["aborted"][demo_episodes:]) if not aborted
+    ]
+    to_80 = next((i + 1 for i in range(9, len(policy)) if sum(policy[i - 9 : i + 1]) >= 8), None)
+    return {"robot_episodes": int(read_info(dataset)["total_episodes"]), "robot_demo_episodes": len(demos),
+            "robot_demo_success": float(sum(demos) / len(demos)) if demos else None,
+            "robot_episodes_to_80": None if to_80 is None else to_80 + demo_episodes}  # fmt: skip
 
 
 def run_arm(arm: str, seed: int, args, gap: dict, work: Path, finetune_from: Path | None) -> dict:
@@ -247,7 +253,9 @@ def run_arm(arm: str, seed: int, args, gap: dict, work: Path, finetune_from: Pat
         raise BenchmarkError(f"unknown arm {arm!r}; arms: {list(ARMS)}")
     row["train_wall_s"] = round(time.monotonic() - tick, 1)
     if arm.startswith(("cotrain", "twin")):
-        row.update(robot_learning_curve(work / "robot_episodes"))
+        # RLPD plays its 20 demonstrations on the whole pool first: rounds of (1 sim + 2 robots).
+        demo_robot_episodes = -(-20 // 3) * 2 if arm == "twin_only" else 0
+        row.update(robot_learning_curve(work / "robot_episodes", demo_robot_episodes))
     row.setdefault("robot_episodes", 0)
     row["policy"] = str(policy)
     row["twin_eval"] = evaluate_on_twins(policy, args.eval_episodes, args.eval_twins, gap, work / "eval")
@@ -306,6 +314,9 @@ def main() -> int:
     parser.add_argument("--gap", type=Path, help="the twin's reality gap: a JSON of randomisation keys")
     parser.add_argument("--work", type=Path, default=Path("runs/bench-sim-to-real"))
     parser.add_argument("--out", type=Path, default=RESULTS / "sim_to_real.json")
+    parser.add_argument(
+        "--update", action="store_true", help="keep --out's other runs, replace these arms' rows"
+    )
     args = parser.parse_args()
     try:
         gap = load_gap(args.gap)
@@ -317,6 +328,8 @@ def main() -> int:
         return 2
     shutil.rmtree(args.work, ignore_errors=True)
     rows = []
+    if args.update and args.out.is_file():
+        rows = [r for r in json.loads(args.out.read_text())["runs"] if r["arm"] not in args.arms]
     for seed in range(args.seeds):
         finetune_from = None
         for arm in args.arms:

@@ -291,7 +291,7 @@ def plot_overlay(
     figure, axes = plt.subplots(len(panels), 1, figsize=(7, 1.8 * len(panels)), sharex=True)
     time = np.arange(1, episode.length) / fps
     for ax, (name, column, label) in zip(axes, panels):
-        ax.plot(time, episode.states[name][1:, column], "k-", lw=2, label="robot")
+        ax.plot(time, episode.states[name][1:, column], "-", color="0.65", lw=3.5, label="robot")
         for (run, values), style in zip(runs.items(), ("r--", "b-")):
             ax.plot(time, values[name][:, column], style, lw=1.2, label=run)
         ax.set_ylabel(label)

@@ -112,3 +112,47 @@ def test_a_robot_whose_spec_does_not_fit_is_left_out(tmp_path, caplog):
         agent.stop()
         pool.close()
         server.stop()
+
+
+def test_the_robots_weight_changes_how_far_its_transitions_move_a_ppo_update(tmp_path):
+    import copy
+
+    import torch
+
+    from policies import make_policy
+    from trainer.algorithms.common import collect_on_policy
+    from trainer.algorithms.ppo import PPO, PPOConfig
+
+    server = start_server()
+    sim = sim_envs.make_vector("rlinf/FrankaReach-v0", 1, backend="inline", cameras=[], privileged_state=False,
+                               max_episode_steps=8)  # fmt: skip
+    pool = EnvPool(sim, server.server, server.loop, weights={"robot": 3.0})
+    agent = start_agent(server.server.port, tmp_path, robot_id="twin", driver={**TWIN, "cameras": []})
+    try:
+        wait_until(lambda: "twin" in server.server.sessions, what="the robot")
+        assert pool.refresh() == ["twin"]
+        torch.manual_seed(0)
+        policy = make_policy(pool.spec, {"hidden_sizes": [32]})
+        batch = collect_on_policy(pool, policy, seed=0, num_steps=8, cameras=[])
+    finally:
+        agent.stop()
+        server.stop()
+    weights = batch.weights.numpy()
+    assert (weights[:, 0] == 1.0).all() and (weights[:, 1] == 3.0).all()  # the pool's weights, per source
+
+    def update(weight: float, robot_reward_scale: float = 1.0) -> torch.Tensor:
+        """How far one PPO epoch moves the parameters, with the robot's column weighted ``weight``."""
+        moved = copy.deepcopy(policy)
+        tampered = copy.copy(batch)
+        tampered.weights = batch.weights.clone()
+        tampered.weights[:, 1] = weight
+        tampered.rewards = batch.rewards.clone()
+        tampered.rewards[:, 1] *= robot_reward_scale
+        torch.manual_seed(1)  # the same minibatch order every time
+        PPO(moved, PPOConfig(update_epochs=1, num_minibatches=1)).update(tampered)
+        return torch.cat([(a - b).flatten() for a, b in zip(moved.parameters(), policy.parameters())])
+
+    assert not torch.allclose(update(0.0), update(1.0)) and not torch.allclose(update(1.0), update(3.0))
+    # Weight 0: what the robot's transitions say (here, its rewards) does not move the update at all.
+    assert torch.allclose(update(0.0), update(0.0, robot_reward_scale=-10.0), atol=1e-6)
+    assert not torch.allclose(update(1.0), update(1.0, robot_reward_scale=-10.0), atol=1e-6)

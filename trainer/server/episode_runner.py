@@ -1,4 +1,12 @@
-"""Drive one episode on a connected robot: start it, answer each step with an action chunk, wait for its end."""
+"""Driving episodes on a connected robot: the one way the trainer does it.
+
+:class:`LiveEpisode` runs on the link server's event loop: ``start`` begins an episode and returns
+its first observation; ``play`` sends an action chunk and collects the observation of every tick
+it ran, until the chunk is done, the episode ends, or (``replan_after``) a fresh observation asks
+for a new chunk. Two consumers sit on it: :func:`run_episode` (collect, eval and DAgger: a policy
+answers each new step, receding horizon) and :class:`~trainer.server.remote_env.RemoteRobotEnv`
+(the env contract for the training thread: a chunk per step).
+"""
 
 from __future__ import annotations
 
@@ -17,6 +25,21 @@ from trainer.server.session import RobotSession, RobotUnavailable
 RemotePolicy = Callable[[pb.Observation], np.ndarray | Awaitable[np.ndarray]]
 
 
+@dataclass
+class ChunkOutcome:
+    """What one action chunk did on a robot: the observation after each executed tick, and the end."""
+
+    observations: list[pb.Observation]
+    end: pb.EpisodeEvent | None  # set when the episode ended during the chunk
+    aborted: bool = False  # the robot dropped, or the agent aborted the episode
+    robot_left: bool = False  # the robot's stream ended (then ``end`` is an ABORTED made here)
+    latest: pb.Observation | None = None  # the newest observation seen (to answer with a new chunk)
+
+    @property
+    def done(self) -> bool:
+        return self.aborted or self.end is not None
+
+
 @dataclass(frozen=True)
 class EpisodeEnd:
     """How an episode ended: the agent's end event, and whether the robot's stream ended under it
@@ -32,48 +55,110 @@ class EpisodeEnd:
         return getattr(self.event, name)
 
 
+class LiveEpisode:
+    """One episode at a time on one robot's session; every method runs on the server's loop."""
+
+    def __init__(
+        self, session: RobotSession, step_timeout_s: float = 10.0, end_timeout_s: float = 2.0
+    ) -> None:
+        self.session = session
+        self.step_timeout_s = step_timeout_s
+        self.end_timeout_s = end_timeout_s  # how long to wait for the agent's end event
+        self.episode_id = ""
+        self.last: pb.Observation | None = None  # the newest observation of this episode
+
+    async def start(self, seed: int | None = 0) -> pb.Observation:
+        """Start an episode; its first observation. Raises :class:`RobotUnavailable` or a timeout."""
+        session = self.session
+        session.send_command(pb.Command.START_EPISODE, seed=int(seed or 0))
+        while True:
+            event = await asyncio.wait_for(session.events.get(), self.step_timeout_s + 30.0)
+            if event.kind == pb.EpisodeEvent.STARTED:
+                self.episode_id = event.episode_id
+                break
+        last = -1
+        while True:
+            observation = await session.next_observation(last, timeout=self.step_timeout_s)
+            last = observation.seq
+            if observation.episode_id == self.episode_id:
+                self.last = observation
+                return observation
+
+    async def play(self, actions: np.ndarray, replan_after: int | None = None) -> ChunkOutcome:
+        """Send ``[chunk, action_dim]`` answering the newest observation; collect each tick's.
+
+        Returns after every action ran, or the episode ended, or ``replan_after`` ticks ran or the
+        robot ran dry (holding): then ``latest`` is the observation a new chunk should answer.
+        """
+        assert self.last is not None, "start() before play()"
+        try:
+            return await self._play(actions, replan_after)
+        except RobotUnavailable:
+            left = pb.EpisodeEvent(
+                kind=pb.EpisodeEvent.ABORTED, episode_id=self.episode_id, reason="robot disconnected"
+            )
+            return ChunkOutcome([], left, aborted=True, robot_left=True)
+
+    async def _play(self, actions: np.ndarray, replan_after: int | None) -> ChunkOutcome:
+        assert self.last is not None
+        session, start_step, last_seq = self.session, self.last.step, self.last.seq
+        session.send_actions(actions, last_seq)
+        played: list[pb.Observation] = []
+        wanted = len(actions) if replan_after is None else min(replan_after, len(actions))
+        while True:
+            for observation in await session.observations_after(last_seq, timeout=self.step_timeout_s):
+                last_seq = observation.seq
+                if observation.episode_id != self.episode_id:  # ended without a newer step
+                    return await self._finish(played)
+                if observation.step > start_step + len(played):
+                    played.append(observation)
+                    self.last = observation
+                    transition = observation.transition
+                    if transition.terminated or transition.truncated:
+                        return await self._finish(played)
+                    if len(played) == wanted:
+                        return ChunkOutcome(played, None, latest=observation)
+                elif observation.holding:
+                    self.last = observation
+                    if replan_after is not None:  # the robot ran dry: answer it with a fresh chunk
+                        return ChunkOutcome(played, None, latest=observation)
+                    # The chunk missed its tick or ran dry: answer the newest observation with the rest.
+                    session.send_actions(actions[len(played) :], observation.seq)
+
+    async def _finish(self, played: list[pb.Observation]) -> ChunkOutcome:
+        end = await self._end_event()
+        aborted = end is not None and end.kind == pb.EpisodeEvent.ABORTED
+        if end is None:  # the agent said nothing: treat the episode as ended by its last transition
+            end = pb.EpisodeEvent(
+                kind=pb.EpisodeEvent.ENDED, episode_id=self.episode_id, num_steps=len(played)
+            )
+        return ChunkOutcome(played, end, aborted, latest=self.last)
+
+    async def _end_event(self) -> pb.EpisodeEvent | None:
+        try:
+            while True:
+                event = await asyncio.wait_for(self.session.events.get(), self.end_timeout_s)
+                if event.episode_id == self.episode_id and event.kind != pb.EpisodeEvent.STARTED:
+                    return event
+        except asyncio.TimeoutError:
+            return None
+
+
 async def run_episode(
     session: RobotSession, policy: RemotePolicy, seed: int = 0, step_timeout_s: float = 5.0
 ) -> EpisodeEnd:
-    """Run one episode to its end and return how it ended (``ENDED`` or ``ABORTED``)."""
-    session.send_command(pb.Command.START_EPISODE, seed=seed)
-    episode_id = await _wait_event(session, pb.EpisodeEvent.STARTED, None, step_timeout_s + 30.0)
-    answered_step, last_seq = -1, -1
+    """Run one episode to its end, the policy answering every new step; how it ended (``ENDED`` or
+    ``ABORTED``). Raises :class:`RobotUnavailable` or a timeout if the robot never starts it."""
+    episode = LiveEpisode(session, step_timeout_s, end_timeout_s=step_timeout_s)
+    observation = await episode.start(seed)
+    dim = session.spec.action.dim
     while True:
-        end = _poll_end(session, episode_id)
-        if end is not None:
-            return EpisodeEnd(end)
-        try:
-            obs = await session.next_observation(last_seq, timeout=step_timeout_s)
-        except RobotUnavailable:
-            aborted = pb.EpisodeEvent(
-                kind=pb.EpisodeEvent.ABORTED, episode_id=episode_id, reason="robot disconnected"
-            )
-            return EpisodeEnd(aborted, robot_left=True)
-        last_seq = obs.seq
-        if obs.episode_id != episode_id:
-            continue
-        if obs.step > answered_step or obs.holding:
-            actions = policy(obs)
-            if inspect.isawaitable(actions):
-                actions = await actions
-            session.send_actions(actions, obs.seq)
-            answered_step = obs.step
-
-
-def _poll_end(session: RobotSession, episode_id: str) -> pb.EpisodeEvent | None:
-    while not session.events.empty():
-        event = session.events.get_nowait()
-        if event.episode_id == episode_id and event.kind in (pb.EpisodeEvent.ENDED, pb.EpisodeEvent.ABORTED):
-            return event
-    return None
-
-
-async def _wait_event(session: RobotSession, kind: int, episode_id: str | None, timeout: float) -> str:
-    async def wait() -> str:
-        while True:
-            event = await session.events.get()
-            if event.kind == kind and episode_id in (None, event.episode_id):
-                return event.episode_id
-
-    return await asyncio.wait_for(wait(), timeout)
+        actions = policy(observation)
+        if inspect.isawaitable(actions):
+            actions = await actions
+        outcome = await episode.play(np.asarray(actions, np.float32).reshape(-1, dim), replan_after=1)
+        if outcome.done:
+            assert outcome.end is not None
+            return EpisodeEnd(outcome.end, robot_left=outcome.robot_left)
+        assert outcome.latest is not None
+        observation = outcome.latest

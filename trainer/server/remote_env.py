@@ -13,7 +13,6 @@ from __future__ import annotations
 import asyncio
 import logging
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -22,23 +21,11 @@ from protos import link_codec
 from protos import robot_link_pb2 as pb
 from protos.env_spec import EnvSpec
 from protos.validation import validate_action
+from trainer.server.episode_runner import ChunkOutcome, LiveEpisode
 from trainer.server.link_server import LinkServer
 from trainer.server.session import RobotSession, RobotUnavailable
 
 log = logging.getLogger(__name__)
-
-
-@dataclass
-class ChunkOutcome:
-    """What one action chunk did on a robot: the observation after each executed tick, and the end."""
-
-    observations: list[pb.Observation]
-    end: pb.EpisodeEvent | None  # set when the episode ended during the chunk
-    aborted: bool = False  # the robot dropped, or the agent aborted the episode
-
-    @property
-    def done(self) -> bool:
-        return self.aborted or self.end is not None
 
 
 class RemoteRobotEnv:
@@ -52,7 +39,7 @@ class RemoteRobotEnv:
         self.step_timeout_s = step_timeout_s
         self.spec: EnvSpec = self._session().spec
         self.source = f"robot:{robot_id}"
-        self._episode_id = ""
+        self._episode: LiveEpisode | None = None
         self._last: pb.Observation | None = None
 
     # -- availability ---------------------------------------------------------------------------
@@ -72,19 +59,18 @@ class RemoteRobotEnv:
 
     # -- env contract ---------------------------------------------------------------------------
     def reset(self, seed: int | None = None) -> tuple[dict[str, Any], dict[str, Any]]:
-        session = self._session()
-        self._last = self._call(self._reset(session, seed))
+        self._episode = LiveEpisode(self._session(), self.step_timeout_s)
+        self._last = self._call(self._episode.start(seed))
         return self.decode(self._last), {"success": False, "source": self.source}
 
     def play_chunk(self, actions) -> ChunkOutcome:
         """Send ``[chunk, action_dim]`` (or one action) and collect the observation of every tick."""
         actions = validate_action(self.spec, actions, allow_chunk=True)
-        if self._last is None:
+        if self._episode is None:
             raise RuntimeError(f"robot {self.robot_id}: reset() before stepping")
-        try:
-            outcome = self._call(self._play(self._session(), actions.reshape(-1, self.spec.action.dim)))
-        except RobotUnavailable:
-            return ChunkOutcome([], None, aborted=True)
+        if not self.available:
+            return ChunkOutcome([], None, aborted=True, robot_left=True)
+        outcome = self._call(self._episode.play(actions.reshape(-1, self.spec.action.dim)))
         if outcome.observations:
             self._last = outcome.observations[-1]
         return outcome
@@ -104,59 +90,6 @@ class RemoteRobotEnv:
     # -- on the server's loop -------------------------------------------------------------------
     def _call(self, coro):
         return asyncio.run_coroutine_threadsafe(coro, self.loop).result(self.step_timeout_s + 35.0)
-
-    async def _reset(self, session: RobotSession, seed: int | None) -> pb.Observation:
-        session.send_command(pb.Command.START_EPISODE, seed=int(seed or 0))
-        while True:
-            event = await asyncio.wait_for(session.events.get(), self.step_timeout_s + 30.0)
-            if event.kind == pb.EpisodeEvent.STARTED:
-                self._episode_id = event.episode_id
-                break
-        last = -1
-        while True:
-            observation = await session.next_observation(last, timeout=self.step_timeout_s)
-            last = observation.seq
-            if observation.episode_id == self._episode_id:
-                return observation
-
-    async def _play(self, session: RobotSession, actions: np.ndarray) -> ChunkOutcome:
-        assert self._last is not None
-        start_step, last_seq = self._last.step, self._last.seq
-        session.send_actions(actions, last_seq)
-        played: list[pb.Observation] = []
-        while len(played) < len(actions):
-            for observation in await session.observations_after(last_seq, timeout=self.step_timeout_s):
-                last_seq = observation.seq
-                if observation.episode_id != self._episode_id:  # ended without a newer step
-                    return await self._finish(played)
-                if observation.step > start_step + len(played):
-                    played.append(observation)
-                    transition = observation.transition
-                    if transition.terminated or transition.truncated:
-                        return await self._finish(played)
-                    if len(played) == len(actions):
-                        break
-                elif observation.holding:
-                    # The chunk missed its tick or ran dry: answer the newest observation with the rest.
-                    session.send_actions(actions[len(played) :], observation.seq)
-        return ChunkOutcome(played, None)
-
-    async def _finish(self, played: list[pb.Observation]) -> ChunkOutcome:
-        end = await self._end_event()
-        aborted = end is not None and end.kind == pb.EpisodeEvent.ABORTED
-        if end is None:  # the agent said nothing: treat the episode as ended by its last transition
-            end = pb.EpisodeEvent(kind=pb.EpisodeEvent.ENDED, episode_id=self._episode_id)
-        return ChunkOutcome(played, end, aborted)
-
-    async def _end_event(self) -> pb.EpisodeEvent | None:
-        session = self._session()
-        try:
-            while True:
-                event = await asyncio.wait_for(session.events.get(), 2.0)
-                if event.episode_id == self._episode_id and event.kind != pb.EpisodeEvent.STARTED:
-                    return event
-        except asyncio.TimeoutError:
-            return None
 
     def decode(self, observation: pb.Observation) -> dict[str, Any]:
         """A wire observation as the env contract's dict; frames decoded on the decoder pool."""
