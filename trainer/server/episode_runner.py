@@ -70,6 +70,7 @@ class LiveEpisode:
     async def start(self, seed: int | None = 0) -> pb.Observation:
         """Start an episode; its first observation. Raises :class:`RobotUnavailable` or a timeout."""
         session = self.session
+        await self._settle()
         session.send_command(pb.Command.START_EPISODE, seed=int(seed or 0))
         while True:
             event = await asyncio.wait_for(session.events.get(), self.step_timeout_s + 30.0)
@@ -83,6 +84,24 @@ class LiveEpisode:
             if observation.episode_id == self.episode_id:
                 self.last = observation
                 return observation
+
+    async def _settle(self) -> None:
+        """Right after an episode, give the agent a few ticks to close it (its last observation, the
+        spool write) before the next one starts: an episode started during that work began with a
+        burst of late observations, whose first tick a teleoperator drove before the policy could answer."""
+        session, loop = self.session, asyncio.get_running_loop()
+        latest = session.latest
+        if latest is None or not latest.episode_id:
+            return
+        deadline, last = loop.time() + 4.0 / session.spec.control_hz, latest.seq
+        while (remaining := deadline - loop.time()) > 0:
+            try:
+                observation = await session.next_observation(last, timeout=remaining)
+            except asyncio.TimeoutError:
+                return
+            if not observation.episode_id:
+                return
+            last = observation.seq
 
     async def play(self, actions: np.ndarray, replan_after: int | None = None) -> ChunkOutcome:
         """Send ``[chunk, action_dim]`` answering the newest observation; collect each tick's.
