@@ -27,10 +27,8 @@ ROOT = Path(__file__).resolve().parents[2]
 SHORT = "env.kwargs={cameras: [], action_rotation: false, max_episode_steps: 10}"
 
 
-def start(*command: str, log: Path) -> subprocess.Popen:
-    return subprocess.Popen(
-        [str(BIN / command[0]), *command[1:]], stdout=log.open("w"), stderr=subprocess.STDOUT
-    )
+def start(*argv: str, cwd: Path, log: Path) -> subprocess.Popen:
+    return subprocess.Popen(list(argv), cwd=cwd, stdout=log.open("w"), stderr=subprocess.STDOUT)
 
 
 def stop(process: subprocess.Popen) -> int:
