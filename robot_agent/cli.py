@@ -53,7 +53,11 @@ def build_parser() -> argparse.ArgumentParser:
     connect.add_argument("--tls-key", help="client private key (mutual TLS)")
     connect.add_argument("--insecure", action="store_true", help="no TLS and no token: trusted networks only")
     connect.add_argument("--spool-dir", help="where episodes wait for the trainer's acknowledgement")
-    connect.add_argument("--teleop", help="a human device that can take over: spacemouse, keyboard or replay")
+    connect.add_argument(
+        "--teleop",
+        help="a device that can take over: spacemouse, keyboard, replay, or expert (the sim twin's scripted "
+        "controller standing in for a person)",
+    )
     connect.add_argument("-v", "--verbose", action="store_true")
     teleop = sub.add_parser("teleop", help="a human drives the robot; episodes are recorded locally")
     teleop.add_argument("--robot", required=True, help="driver kind: sim-twin, franka or dual-franka")

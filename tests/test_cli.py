@@ -88,3 +88,11 @@ def test_serve_on_a_port_in_use_is_one_line(tmp_path):
                          f"data.record_dir={tmp_path / 'ds'}", f"log_dir={tmp_path / 'log'}")  # fmt: skip
     assert result.returncode == 2 and "Traceback" not in result.stderr, result.stderr
     assert f"could not bind the robot link to 127.0.0.1:{port}" in result.stderr.strip().splitlines()[-1]
+
+
+def test_help_names_the_presets_and_every_teleop_device():
+    serve = run_cli("rlinf-trainer", "serve", "--help")
+    assert serve.returncode == 0 and "cotrain_pick_lift" in serve.stdout
+    connect = run_cli("rlinf-robot", "connect", "--help")
+    assert connect.returncode == 0
+    assert all(device in connect.stdout for device in ("spacemouse", "keyboard", "replay", "expert"))

@@ -140,6 +140,11 @@ def preset_names() -> list[str]:
     return sorted(p.stem for p in (Path(__file__).parent / "configs").glob("*.yaml"))
 
 
+def serve_preset_names() -> list[str]:
+    """The serve presets in trainer/configs/serve/ (e.g. cotrain_pick_lift)."""
+    return sorted(p.stem for p in (Path(__file__).parent / "configs" / "serve").glob("*.yaml"))
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="rlinf-trainer", description=__doc__)
     sub = parser.add_subparsers(dest="command", required=True)
@@ -185,7 +190,10 @@ def build_parser() -> argparse.ArgumentParser:
         help="serve robot agents over gRPC: collect episodes, evaluate, train on sim + robots, or run DAgger rounds",
     )
     serve.add_argument(
-        "--config", default=None, help="a YAML file (sections: server, data, collect, eval, train, dagger)"
+        "--config",
+        default=None,
+        help="a serve preset (" + ", ".join(serve_preset_names()) + ") or a YAML file (sections: server, "
+        "data, collect, eval, train, dagger, reward)",
     )
     serve.add_argument("--insecure", action="store_true", help="no TLS, no token: trusted networks only")
     serve.add_argument(

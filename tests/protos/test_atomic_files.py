@@ -61,3 +61,14 @@ def test_commit_folder_syncs_every_file_and_replaces_the_old_folder(tmp_path, sy
     assert sorted(p.name for p in final.rglob("*")) == ["buffer.npz", "inner", "policy.pt"]
     assert {str(staging / "policy.pt"), str(staging / "inner" / "buffer.npz")} <= set(synced)
     assert synced[-1] == f"{tmp_path}/"  # the rename into place is on disk too
+
+
+def test_a_written_file_gets_the_usual_permissions_not_a_private_temporary_files(tmp_path):
+    umask = os.umask(0o022)
+    try:
+        write_atomic(tmp_path / "cameras.json", "{}")
+    finally:
+        os.umask(umask)
+    assert (
+        tmp_path / "cameras.json"
+    ).stat().st_mode & 0o777 == 0o644  # readable by the lab, as calibration files must be
