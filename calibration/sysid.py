@@ -244,7 +244,8 @@ def fit(
         if search.stop() and generation > 0:
             break
     searched = params_of(best_x)
-    before = objective(replayer.squared_errors(episodes, nominal))
+    nominal_mse = replayer.squared_errors(episodes, nominal)
+    before = objective(nominal_mse)
     searched_error = objective(replayer.squared_errors(episodes, searched))
     # A parameter the episodes cannot tell apart (left nominal, the error rises by under 10 %) stays
     # nominal: the search wanders along flat directions, and a wandered value is a guess, not a fit.
@@ -266,7 +267,7 @@ def fit(
             "error_with_only_this_nominal": back_error,
         }
     after = replayer.squared_errors(episodes, fitted)
-    return FitResult(fitted, before, objective(after), field_rms(replayer.squared_errors(episodes, nominal)),
+    return FitResult(fitted, before, objective(after), field_rms(nominal_mse),
                      field_rms(after), per_parameter, evaluations)  # fmt: skip
 
 
