@@ -23,6 +23,8 @@ from protos.batch import ChunkResult, EpisodeSummary, stack_obs
 from sim_envs.registry import check_env_id
 from sim_envs.vector_worker import EnvSlot
 
+_WORKER_MAIN = "from sim_envs.vector_worker import main; main()"
+
 
 class SimVectorEnv:
     """N copies of one sim env behind the batched env contract."""
@@ -52,15 +54,16 @@ class SimVectorEnv:
 
     # -- subprocess plumbing --------------------------------------------------------------------
     def _start_workers(self, config: dict[str, Any], num_workers: int) -> None:
-        # Workers are fresh interpreters (``python -m sim_envs.vector_worker``) joined by a socket
-        # pair: no fork of a process holding GL contexts, and no re-import of the caller's script.
+        # Workers are fresh interpreters joined by a socket pair: no fork of a process holding GL
+        # contexts, and no re-import of the caller's script. Not ``-m sim_envs.vector_worker``: the
+        # package imports that module first, and runpy then warns on stderr in every worker.
         num_workers = max(1, min(num_workers, self.num_envs))
         counts = [len(part) for part in np.array_split(np.arange(self.num_envs), num_workers)]
         self._conns, self._procs, self._counts = [], [], counts
         for count in counts:
             parent_sock, child_sock = socket.socketpair()
             proc = subprocess.Popen(
-                [sys.executable, "-m", "sim_envs.vector_worker", str(child_sock.fileno())],
+                [sys.executable, "-c", _WORKER_MAIN, str(child_sock.fileno())],
                 pass_fds=[child_sock.fileno()],
                 env={**os.environ, "PYTHONUNBUFFERED": "1"},
             )

@@ -1,6 +1,6 @@
 """Worker side of :class:`sim_envs.vector.SimVectorEnv`: a few envs in their own interpreter.
 
-Started as ``python -m sim_envs.vector_worker FD``; FD is a socket to the parent that carries
+Started as ``python -c 'from sim_envs.vector_worker import main; main()' FD``; FD is a socket to the parent that carries
 pickled (command, payload) pairs. The worker exits when the parent says "close" or goes away.
 """
 

@@ -70,3 +70,20 @@ def test_single_step_api():
     with pytest.raises(ContractError):
         venv.step(np.zeros(7, np.float32))
     venv.close()
+
+
+def test_subprocess_workers_start_without_writing_to_stderr():
+    # A worker that warns on start (runpy's "found in sys.modules" for ``-m``) lands its line after
+    # the trainer's one-line error, so the user's last line is a warning, not the error.
+    import subprocess
+    import sys
+
+    script = (
+        "import sim_envs\n"
+        "v = sim_envs.make_vector('rlinf/FrankaReach-v0', 2, backend='subprocess', "
+        "cameras=())\n"
+        "v.close()\n"
+    )
+    result = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120)
+    assert result.returncode == 0, result.stderr[-500:]
+    assert result.stderr.strip() == ""
