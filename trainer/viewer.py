@@ -13,16 +13,20 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import time
+from collections import deque
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
 from protos import link_codec
+from protos import robot_link_pb2 as pb
 from protos.lerobot_dataset import DatasetError
 from protos.lerobot_reader import read_camera, read_episodes, read_frames, read_info
 
 INDEX_COLUMNS = ("timestamp", "frame_index", "episode_index", "index", "task_index")
+PENDING_OBSERVATIONS = 4096  # a bound if the viewer falls behind: the oldest are dropped
 LABELS = ("episode_id", "source", "success", "aborted", "end_reason")
 
 
@@ -108,18 +112,21 @@ class LiveView:
             self.recording.save(save)
         else:
             self.recording.spawn()
-        self.logged_seq: dict[str, int] = {}
+        self.announced: set[str] = set()
         self.observations = 0
+        # Filled by the server as observations arrive, drained by the periodic log: nothing is missed
+        # between two polls, even when a robot's session closes (and frees its buffers) in between.
+        self._pending: deque[tuple[Any, pb.Observation]] = deque(maxlen=PENDING_OBSERVATIONS)
+        server.observation_listeners.append(lambda session, obs: self._pending.append((session, obs)))
 
     def log_new(self) -> None:
-        """Log every observation that arrived since the last call, robot by robot."""
+        """Log every observation that arrived since the last call, in arrival order."""
         rr, recording = self.rr, self.recording
-        for robot_id, session in list(self.server.sessions.items()):
-            last = self.logged_seq.get(robot_id, -1)
-            fresh = [obs for obs in list(session.recent) if obs.seq > last]
-            if not fresh:
-                continue
-            if robot_id not in self.logged_seq:
+        while self._pending:
+            session, obs = self._pending.popleft()
+            robot_id = session.robot_id
+            if robot_id not in self.announced:
+                self.announced.add(robot_id)
                 names = [
                     f.name if f.size == 1 else f"{f.name}.{i}"
                     for f in session.spec.state_fields
@@ -129,23 +136,21 @@ class LiveView:
                     f"robots/{robot_id}/observation.state", rr.SeriesLines(names=names), static=True
                 )
                 recording.log(f"robots/{robot_id}/action", rr.SeriesLines(names=list(session.spec.action.names)), static=True)  # fmt: skip
-            for obs in fresh:
-                recording.set_time("seq", sequence=int(obs.seq))
-                for frame in obs.frames:
-                    image = link_codec.decode_frame(frame, session.spec.camera(frame.camera))
-                    recording.log(f"robots/{robot_id}/cameras/{frame.camera}", rr.Image(image))
+            recording.set_time("seq", sequence=int(obs.seq))
+            for frame in obs.frames:
+                image = link_codec.decode_frame(frame, session.spec.camera(frame.camera))
+                recording.log(f"robots/{robot_id}/cameras/{frame.camera}", rr.Image(image))
+            recording.log(
+                f"robots/{robot_id}/observation.state", rr.Scalars(np.asarray(obs.state, np.float64))
+            )
+            if obs.HasField("transition") and len(obs.transition.executed_action):
+                t = obs.transition
                 recording.log(
-                    f"robots/{robot_id}/observation.state", rr.Scalars(np.asarray(obs.state, np.float64))
+                    f"robots/{robot_id}/action", rr.Scalars(np.asarray(t.executed_action, np.float64))
                 )
-                if obs.HasField("transition") and len(obs.transition.executed_action):
-                    t = obs.transition
-                    recording.log(
-                        f"robots/{robot_id}/action", rr.Scalars(np.asarray(t.executed_action, np.float64))
-                    )
-                    recording.log(f"robots/{robot_id}/next.reward", rr.Scalars(float(t.reward)))
-                    recording.log(f"robots/{robot_id}/intervention", rr.Scalars(float(t.intervened)))
-                self.observations += 1
-            self.logged_seq[robot_id] = fresh[-1].seq
+                recording.log(f"robots/{robot_id}/next.reward", rr.Scalars(float(t.reward)))
+                recording.log(f"robots/{robot_id}/intervention", rr.Scalars(float(t.intervened)))
+            self.observations += 1
 
     async def run(self, stop: asyncio.Event) -> None:
         while not stop.is_set():

@@ -31,7 +31,7 @@ from protos import robot_link_pb2_grpc as pb_grpc
 from trainer.server import admission
 from trainer.server.auth import ServerAuthConfig, TokenGate
 from trainer.server.episodes import EpisodeAssembler, EpisodeSink, MemoryEpisodeSink
-from trainer.server.session import RobotSession
+from trainer.server.session import ObservationListener, RobotSession
 
 log = logging.getLogger(__name__)
 
@@ -71,6 +71,8 @@ class LinkServer:
         self.sink = sink if sink is not None else MemoryEpisodeSink()
         self.on_session = on_session
         self.sessions: dict[str, RobotSession] = {}
+        # Called on the event loop with (session, observation) for every observation of every robot.
+        self.observation_listeners: list[ObservationListener] = []
         self.assemblers: dict[str, EpisodeAssembler] = {}
         self.refused = 0
         self.port = 0
@@ -177,7 +179,7 @@ class LinkServer:
         if old is not None and old.state != "disconnected":
             log.warning("robot %s reconnected: its old session is replaced", register.robot_id)
             await old.close()
-        session = RobotSession(register, spec)
+        session = RobotSession(register, spec, self.observation_listeners)
         self.sessions[register.robot_id] = session
         caps = register.capabilities
         log.info("robot %s (%s) registered: reset %s, reward %s, gripper %s; %d spooled episodes to upload",

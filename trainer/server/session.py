@@ -7,6 +7,7 @@ import secrets
 import time
 import uuid
 from collections import Counter, deque
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -45,10 +46,15 @@ class SessionStats:
         return (len(self.arrival_s) - 1) / span if span > 0 else 0.0
 
 
+ObservationListener = Callable[["RobotSession", pb.Observation], None]
+
+
 class RobotSession:
     """Lives on the server's event loop. ``send_*`` queue messages; ``next_observation`` waits for one."""
 
-    def __init__(self, register: pb.Register, spec: EnvSpec) -> None:
+    def __init__(
+        self, register: pb.Register, spec: EnvSpec, listeners: Sequence[ObservationListener] = ()
+    ) -> None:
         self.robot_id = register.robot_id
         self.robot_kind = register.robot_kind
         self.capabilities = register.capabilities
@@ -67,6 +73,7 @@ class RobotSession:
         self._received_at: dict[int, float] = {}
         # (obs_seq, chunk) of the newest answers, to record what the policy said on ticks a human drove.
         self._answers: deque[tuple[int, np.ndarray]] = deque(maxlen=64)
+        self._listeners = listeners  # the server's list: a listener added later hears this robot too
 
     # -- incoming ------------------------------------------------------------------------------------
     async def on_observation(self, obs: pb.Observation) -> None:
@@ -87,6 +94,8 @@ class RobotSession:
             self.latest = obs
             self.recent.append(obs)
             self._new_observation.notify_all()
+        for listener in self._listeners:
+            listener(self, obs)
 
     def _complete_policy_action(self, obs: pb.Observation) -> None:
         """Fill in the policy's action of a tick the human drove before the answer reached the agent.
