@@ -161,14 +161,20 @@ def build_parser() -> argparse.ArgumentParser:
     train.add_argument("overrides", nargs="*", help="key=value overrides, e.g. run.total_env_steps=200000")
     train.set_defaults(func=_train)
 
-    rollout = sub.add_parser("rollout", help="play a random or scripted policy and save frames")
-    rollout.add_argument("--env", default="rlinf/FrankaPickLift-v0")
+    rollout = sub.add_parser(
+        "rollout", help="play a policy (random, scripted or a checkpoint) in a sim env and save its frames"
+    )
+    rollout.add_argument("--env", default="rlinf/FrankaPickLift-v0", help="a registered env id")
     rollout.add_argument(
         "--policy", default="scripted", help="random, scripted (the task's expert) or a saved policy folder"
     )
-    rollout.add_argument("--episodes", type=int, default=3)
-    rollout.add_argument("--out", default="runs/rollout")
-    rollout.add_argument("--seed", type=int, default=0)
+    rollout.add_argument("--episodes", type=int, default=3, help="episodes to play (default 3)")
+    rollout.add_argument(
+        "--out",
+        default="runs/rollout",
+        help="folder for the GIF, the last frame and a summary (default runs/rollout)",
+    )
+    rollout.add_argument("--seed", type=int, default=0, help="seed of the first episode; the next add 1")
     rollout.set_defaults(func=_rollout)
 
     demos = sub.add_parser(

@@ -6,6 +6,7 @@ from a checkpoint replays exactly what the uninterrupted run would have done.
 
 from __future__ import annotations
 
+import json
 import time
 from collections.abc import Callable
 from dataclasses import replace
@@ -16,6 +17,7 @@ import torch
 
 import sim_envs
 from policies import make_policy
+from protos.atomic_files import write_atomic
 from trainer.algorithms.registry import algorithm_class
 from trainer.checkpoint import (
     Progress,
@@ -31,6 +33,8 @@ from trainer.evaluation import evaluate_policy
 from trainer.run_logging import RunLogger, truncate_metrics
 
 CONFIG_FILE = "config.yaml"
+FINAL_EVAL_FILE = "final_eval.json"
+FINAL_EVAL_SEED = 20_000_000  # training resets from (seed, iteration) seeds; periodic eval from 10M
 
 
 def default_output_dir(config: TrainConfig) -> Path:
@@ -154,6 +158,8 @@ class Runner:
             prune_checkpoints(self.run_dir, cfg.run.keep_checkpoints)
         logger.close()
         venv.close()
+        if cfg.run.final_eval_episodes > 0:
+            self._final_evaluation(policy, progress)
         return progress
 
     def _out_of_time(self, progress: Progress) -> bool:
@@ -179,6 +185,32 @@ class Runner:
             policy, cfg.env.id, dict(cfg.env.kwargs), cfg.run.eval_episodes, seed=10_000_000, video_path=video
         )
         return {f"eval/{k.removeprefix('eval_')}": v for k, v in stats.items()}
+
+    def _final_evaluation(self, policy, progress: Progress) -> dict:
+        """Greedy episodes on seeds training never resets from, with a GIF: ``final_eval.json``."""
+        cfg = self.config
+        episodes = cfg.run.final_eval_episodes
+        video = self.run_dir / "videos" / "final.gif" if cfg.run.video else None
+        print(f"final evaluation: {episodes} greedy episodes on held-out seeds ...", flush=True)
+        stats = evaluate_policy(
+            policy, cfg.env.id, dict(cfg.env.kwargs), episodes, seed=FINAL_EVAL_SEED, video_path=video
+        )
+        report = {
+            "success_rate": stats["eval_success_rate"],
+            "return_mean": stats["eval_return_mean"],
+            "episodes": episodes,
+            "seed": FINAL_EVAL_SEED,
+            "iteration": progress.iteration,
+            "env_steps": progress.env_steps,
+            "video": str(video) if video is not None else "",
+        }
+        write_atomic(self.run_dir / FINAL_EVAL_FILE, json.dumps(report, indent=2) + "\n")
+        shown = f"; video {video}" if video is not None else ""
+        print(
+            f"final evaluation: success {report['success_rate']:.2f}, return {report['return_mean']:.1f} "
+            f"over {episodes} episodes{shown}"
+        )
+        return report
 
 
 def source_metrics(venv, finished) -> dict:

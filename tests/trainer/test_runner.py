@@ -23,6 +23,7 @@ SMALL = [
     "algo.num_minibatches=2",
     "run.eval_every=2",
     "run.eval_episodes=1",
+    "run.final_eval_episodes=2",
     "run.checkpoint_every=2",
     "run.keep_checkpoints=2",
 ]
@@ -50,6 +51,13 @@ def test_a_short_run_writes_metrics_tensorboard_checkpoints_and_video(tmp_path):
     assert sorted(p.name for p in (tmp_path / "checkpoints").iterdir()) == ["step_600", "step_800"]
     assert (tmp_path / "videos" / "step_400.gif").stat().st_size > 1000
     assert (tmp_path / "config.yaml").exists()
+    # A completed run ends with greedy episodes on held-out seeds, and a GIF of one of them.
+    final = json.loads((tmp_path / "final_eval.json").read_text())
+    assert final["episodes"] == 2 and final["env_steps"] == 800 and 0.0 <= final["success_rate"] <= 1.0
+    assert (
+        Path(final["video"]) == tmp_path / "videos" / "final.gif"
+        and Path(final["video"]).stat().st_size > 1000
+    )
 
 
 def test_resume_reproduces_the_uninterrupted_run(tmp_path):
@@ -108,6 +116,7 @@ def test_ctrl_c_or_sigterm_saves_a_checkpoint_and_the_run_resumes(tmp_path, stop
     assert proc.returncode == 128 + stop, output
     assert "interrupted: saved" in output and "Traceback" not in output
     assert f"rlinf-trainer train --resume {tmp_path}" in output
+    assert not (tmp_path / "final_eval.json").exists()  # an interrupted run is not finished
     checkpoint = latest_checkpoint(tmp_path)
     assert checkpoint is not None
     done_steps = int(checkpoint.name.split("_")[1])
@@ -123,6 +132,8 @@ def test_ctrl_c_or_sigterm_saves_a_checkpoint_and_the_run_resumes(tmp_path, stop
     )
     assert resumed.returncode == 0, resumed.stderr
     assert read_metrics(tmp_path)[-1]["env_steps"] == total
+    assert "final evaluation: success" in resumed.stdout
+    assert json.loads((tmp_path / "final_eval.json").read_text())["env_steps"] == total
 
 
 def test_image_rlpd_runs_with_demos_from_a_privileged_twin(tmp_path):

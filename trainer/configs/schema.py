@@ -21,6 +21,7 @@ class RunConfig:
     keep_checkpoints: int = 3  # the newest N are kept
     eval_every: int = 20  # iterations; 0 disables eval and videos
     eval_episodes: int = 4
+    final_eval_episodes: int = 10  # greedy episodes when a run completes -> final_eval.json (0: none)
     video: bool = True
     torch_threads: int = 1
     device: str = "cpu"
