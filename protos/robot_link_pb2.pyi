@@ -175,7 +175,7 @@ class Observation(_message.Message):
     def __init__(self, seq: _Optional[int] = ..., episode_id: _Optional[str] = ..., step: _Optional[int] = ..., mono_ns: _Optional[int] = ..., wall_ns: _Optional[int] = ..., frames: _Optional[_Iterable[_Union[Frame, _Mapping]]] = ..., state: _Optional[_Iterable[float]] = ..., instruction: _Optional[str] = ..., transition: _Optional[_Union[Transition, _Mapping]] = ..., mode: _Optional[_Union[Mode, str]] = ..., holding: _Optional[bool] = ...) -> None: ...
 
 class Transition(_message.Message):
-    __slots__ = ("executed_action", "policy_action", "intervened", "human_action", "reward", "terminated", "truncated", "success", "safety_events")
+    __slots__ = ("executed_action", "policy_action", "intervened", "human_action", "reward", "terminated", "truncated", "success", "safety_events", "policy_version")
     EXECUTED_ACTION_FIELD_NUMBER: _ClassVar[int]
     POLICY_ACTION_FIELD_NUMBER: _ClassVar[int]
     INTERVENED_FIELD_NUMBER: _ClassVar[int]
@@ -185,6 +185,7 @@ class Transition(_message.Message):
     TRUNCATED_FIELD_NUMBER: _ClassVar[int]
     SUCCESS_FIELD_NUMBER: _ClassVar[int]
     SAFETY_EVENTS_FIELD_NUMBER: _ClassVar[int]
+    POLICY_VERSION_FIELD_NUMBER: _ClassVar[int]
     executed_action: _containers.RepeatedScalarFieldContainer[float]
     policy_action: _containers.RepeatedScalarFieldContainer[float]
     intervened: bool
@@ -194,7 +195,8 @@ class Transition(_message.Message):
     truncated: bool
     success: bool
     safety_events: _containers.RepeatedScalarFieldContainer[str]
-    def __init__(self, executed_action: _Optional[_Iterable[float]] = ..., policy_action: _Optional[_Iterable[float]] = ..., intervened: _Optional[bool] = ..., human_action: _Optional[_Iterable[float]] = ..., reward: _Optional[float] = ..., terminated: _Optional[bool] = ..., truncated: _Optional[bool] = ..., success: _Optional[bool] = ..., safety_events: _Optional[_Iterable[str]] = ...) -> None: ...
+    policy_version: int
+    def __init__(self, executed_action: _Optional[_Iterable[float]] = ..., policy_action: _Optional[_Iterable[float]] = ..., intervened: _Optional[bool] = ..., human_action: _Optional[_Iterable[float]] = ..., reward: _Optional[float] = ..., terminated: _Optional[bool] = ..., truncated: _Optional[bool] = ..., success: _Optional[bool] = ..., safety_events: _Optional[_Iterable[str]] = ..., policy_version: _Optional[int] = ...) -> None: ...
 
 class EpisodeEvent(_message.Message):
     __slots__ = ("kind", "episode_id", "num_steps", "success", "reason")

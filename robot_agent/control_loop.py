@@ -96,6 +96,7 @@ class ControlLoop:
         self.mode = pb.MODE_POLICY
         self.holding = True
         self.estopped = False
+        self.policy_version = 0  # of the newest accepted chunk: stamped on the transitions it drives
         self._link_up = threading.Event()
         self.link_lost_at: float | None = None  # monotonic time of the last link loss
         self._stop = threading.Event()
@@ -132,7 +133,7 @@ class ControlLoop:
             return self._reject(
                 "bad_action", f"chunk answers seq {msg.obs_seq}, but the newest sent is {latest}"
             )
-        labelled = self._record_late_policy_action(chunk, msg.obs_seq)
+        labelled = self._record_late_policy_action(chunk, msg.obs_seq, msg.policy_version)
         if sent_mono is None:
             return (
                 None
@@ -153,11 +154,12 @@ class ControlLoop:
             self.queue.accept(chunk, msg.obs_seq, next_tick)
         except StaleChunk as exc:
             return None if labelled else self._reject("stale_action", str(exc))
+        self.policy_version = msg.policy_version  # the queue now plays this chunk (or blends into it)
         self.stats.chunks_accepted += 1
         self.stats.round_trip_ms.append(age_ms)
         return None
 
-    def _record_late_policy_action(self, chunk: np.ndarray, obs_seq: int) -> bool:
+    def _record_late_policy_action(self, chunk: np.ndarray, obs_seq: int, version: int) -> bool:
         """Fill in the policy's action of a tick the human already drove, if ``chunk`` covers it.
 
         What the policy would have done is a label (HG-DAgger compares it with the human's), so it
@@ -170,6 +172,7 @@ class ControlLoop:
             if not obs_seq <= tick < obs_seq + len(chunk):
                 return False
             transition.policy_action[:] = chunk[tick - obs_seq].tolist()
+            transition.policy_version = version
             self._awaiting_policy = None
             return True
 
@@ -364,6 +367,7 @@ class ControlLoop:
             truncated=outcome.truncated or episode.step >= self.spec.max_episode_steps,
             success=outcome.success,
             safety_events=events,
+            policy_version=self.policy_version if policy_list else 0,
         )
         if intervened and policy_action is None:
             with self._seq_lock:

@@ -131,8 +131,8 @@ class Runner:
         try:
             while progress.env_steps < cfg.run.total_env_steps and not self._out_of_time(progress):
                 tick = time.perf_counter()
-                if hasattr(venv, "refresh"):
-                    venv.refresh()
+                if hasattr(venv, "refresh"):  # a sim + robot pool: robots join between iterations
+                    venv.refresh(policy_version=progress.iteration)
                 result = algorithm.iterate(venv, iteration_seed(cfg, progress.iteration))
                 progress.iteration += 1
                 progress.env_steps += result.env_steps

@@ -59,7 +59,7 @@ def test_the_pool_mixes_sim_and_robots_tags_sources_and_survives_a_drop(tmp_path
     second = None
     try:
         wait_until(lambda: "twin-a" in server.server.sessions, what="a robot")
-        assert pool.refresh() == ["twin-a"]  # joins between iterations
+        assert pool.refresh(policy_version=5) == ["twin-a"]  # joins between iterations
         assert pool.sources == ["sim:rlinf/FrankaReach-v0"] * 2 + ["robot:twin-a"]
         assert list(pool.source_weights) == [1.0, 1.0, 4.0]
         obs, _ = pool.reset(seed=3)
@@ -72,6 +72,8 @@ def test_the_pool_mixes_sim_and_robots_tags_sources_and_survives_a_drop(tmp_path
             finished += [e for e in result.finished if e.env_index == 2]
         assert [e.length for e in finished] == [8]
         assert result.rewards[2].any()  # the twin's dense reward comes through
+        # The robot ran chunks of the learner's current version, and said so step by step.
+        assert server.server.sessions["twin-a"].stats.policy_version == 5
 
         # A second robot waits for the next refresh; the first drops mid-episode.
         second = start_agent(server.server.port, tmp_path / "b", robot_id="twin-b", driver=TWIN)

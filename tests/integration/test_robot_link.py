@@ -45,7 +45,8 @@ def test_register_and_stream_at_20hz_with_two_cameras_over_tls(tmp_path, pki):
         session = server.call(server.server.wait_for_robot("twin-0", timeout=30))
         assert session.spec == agent.agent.driver.spec  # the spec travelled in the registration
         assert session.spec.camera_names == ("front", "wrist")
-        end = server.call(run_episode(session, constant_policy([0.2, 0, 0, 0, 0, 0, 1])), timeout=60)
+        policy = constant_policy([0.2, 0, 0, 0, 0, 0, 1])
+        end = server.call(run_episode(session, policy, policy_version=7), timeout=60)
         assert end.kind == pb.EpisodeEvent.ENDED and end.reason == "truncated"
         wait_until(lambda: len(server.server.sink.episodes) == 1, what="the episode to be stored")
         episode = server.server.sink.episodes[0]
@@ -56,6 +57,9 @@ def test_register_and_stream_at_20hz_with_two_cameras_over_tls(tmp_path, pki):
             assert len(obs.state) == session.spec.state_dim
         steps = episode.observations[1:]
         assert all(len(o.transition.executed_action) == 7 for o in steps)
+        # Every step names the policy version whose chunk drove it, as the trainer stamped it.
+        assert [o.transition.policy_version for o in steps] == [7] * len(steps)
+        assert session.stats.policy_version == 7
         # The agent ran on its own 20 Hz clock.
         periods_ms = np.diff([o.mono_ns for o in episode.observations]) / 1e6
         assert 40 < np.median(periods_ms) < 60

@@ -75,3 +75,27 @@ def test_frame_age_and_safety_events_from_the_agent_reach_the_session_and_the_ta
     assert list(robot.stats.frame_age_ms) == [12.0, 12.0, 12.0]
     assert robot.stats.safety_events == {"clipped:workspace": 2, "clipped:speed": 2}
     assert safety_summary(robot.stats.safety_events) == "clipped:workspace 2, clipped:speed 2"
+
+
+def test_a_checkpoint_path_gives_the_policy_version_its_chunks_carry():
+    from trainer.server.policy_driver import checkpoint_version
+
+    assert checkpoint_version("runs/ppo/checkpoints/step_204800/policy") == 204800
+    assert checkpoint_version("bc/round_003/policy") == 0
+
+
+def test_a_robot_clock_far_from_the_trainers_is_reported(caplog):
+    import time
+
+    robot, synced = session(), session()
+
+    async def scenario():
+        await robot.on_observation(pb.Observation(seq=1, wall_ns=int((time.time() - 5.0) * 1e9)))
+        await synced.on_observation(pb.Observation(seq=1, wall_ns=time.time_ns()))
+
+    with caplog.at_level("WARNING", logger="trainer.server.session"):
+        asyncio.run(scenario())
+    assert 4.5 < robot.stats.clock_offset_s < 6.0 and abs(synced.stats.clock_offset_s) < 0.5
+    assert [r.getMessage() for r in caplog.records] == [
+        "robot r: its clock is 5.0 s behind the trainer's; sync it (NTP/chrony) so logs line up"
+    ]

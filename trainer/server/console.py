@@ -40,6 +40,7 @@ class Console:
             "reply ms p50",
             "frame age ms",
             "episodes",
+            "policy v",
             "safety",
             "errors",
         )
@@ -56,6 +57,7 @@ class Console:
                 f"{np.median(replies):.1f}" if replies else "-",
                 f"{np.median(ages):.1f}" if ages else "-",
                 str(stats.episodes_stored),
+                str(stats.policy_version),
                 safety_summary(stats.safety_events),
                 str(stats.errors),
             )

@@ -60,7 +60,10 @@ async def collect_round(sessions: list[RobotSession], driver, episodes: int, see
         for episode in range(episodes):
             try:
                 end = await run_episode(
-                    session, driver.remote_policy(session), seed=seed + 1000 * index + episode
+                    session,
+                    driver.remote_policy(session),
+                    seed=seed + 1000 * index + episode,
+                    policy_version=driver.version,
                 )
             except (RobotUnavailable, asyncio.TimeoutError):
                 break
@@ -134,6 +137,7 @@ class DaggerLoop:
         if not sessions:
             raise DaggerError("dagger: no robot is connected")
         seed = self.section.seed + 100_000 * round_index
+        self.driver.version = round_index  # the policy of round r drives round r's episodes
         future = asyncio.run_coroutine_threadsafe(
             collect_round(sessions, self.driver, self.section.episodes_per_round, seed), self.loop
         )

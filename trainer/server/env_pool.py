@@ -92,8 +92,9 @@ class EnvPool:
     stack_obs = staticmethod(stack_obs)
 
     # -- membership -----------------------------------------------------------------------------
-    def refresh(self) -> list[str]:
-        """Drop robots that left; add connected robots whose spec fits. Returns the ids added."""
+    def refresh(self, policy_version: int = 0) -> list[str]:
+        """Drop robots that left; add connected robots whose spec fits. Returns the ids added.
+        ``policy_version`` (the learner's update count) goes out with every robot chunk from now on."""
         if self.server is None:
             return []
         self.robots = [slot for slot in self.robots if slot.env.available]
@@ -118,6 +119,8 @@ class EnvPool:
             self.robots.append(slot)
             added.append(robot_id)
             log.info("robot %s joined the pool (slot %d)", robot_id, self.num_envs - 1)
+        for slot in self.robots:
+            slot.env.policy_version = policy_version
         return added
 
     # -- the batched contract -------------------------------------------------------------------

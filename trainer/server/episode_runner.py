@@ -59,9 +59,14 @@ class LiveEpisode:
     """One episode at a time on one robot's session; every method runs on the server's loop."""
 
     def __init__(
-        self, session: RobotSession, step_timeout_s: float = 10.0, end_timeout_s: float = 2.0
+        self,
+        session: RobotSession,
+        step_timeout_s: float = 10.0,
+        end_timeout_s: float = 2.0,
+        policy_version: int = 0,
     ) -> None:
         self.session = session
+        self.policy_version = policy_version  # stamped on every chunk; the agent echoes it per step
         self.step_timeout_s = step_timeout_s
         self.end_timeout_s = end_timeout_s  # how long to wait for the agent's end event
         self.episode_id = ""
@@ -121,7 +126,7 @@ class LiveEpisode:
     async def _play(self, actions: np.ndarray, replan_after: int | None) -> ChunkOutcome:
         assert self.last is not None
         session, start_step, last_seq = self.session, self.last.step, self.last.seq
-        session.send_actions(actions, last_seq)
+        session.send_actions(actions, last_seq, policy_version=self.policy_version)
         played: list[pb.Observation] = []
         wanted = len(actions) if replan_after is None else min(replan_after, len(actions))
         while True:
@@ -142,7 +147,9 @@ class LiveEpisode:
                     if replan_after is not None:  # the robot ran dry: answer it with a fresh chunk
                         return ChunkOutcome(played, None, latest=observation)
                     # The chunk missed its tick or ran dry: answer the newest observation with the rest.
-                    session.send_actions(actions[len(played) :], observation.seq)
+                    session.send_actions(
+                        actions[len(played) :], observation.seq, policy_version=self.policy_version
+                    )
 
     async def _finish(self, played: list[pb.Observation]) -> ChunkOutcome:
         end = await self._end_event()
@@ -164,11 +171,15 @@ class LiveEpisode:
 
 
 async def run_episode(
-    session: RobotSession, policy: RemotePolicy, seed: int = 0, step_timeout_s: float = 5.0
+    session: RobotSession,
+    policy: RemotePolicy,
+    seed: int = 0,
+    step_timeout_s: float = 5.0,
+    policy_version: int = 0,
 ) -> EpisodeEnd:
     """Run one episode to its end, the policy answering every new step; how it ended (``ENDED`` or
     ``ABORTED``). Raises :class:`RobotUnavailable` or a timeout if the robot never starts it."""
-    episode = LiveEpisode(session, step_timeout_s, end_timeout_s=step_timeout_s)
+    episode = LiveEpisode(session, step_timeout_s, step_timeout_s, policy_version)
     observation = await episode.start(seed)
     dim = session.spec.action.dim
     while True:

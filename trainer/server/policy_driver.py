@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import asyncio
+import re
 from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
 
 import numpy as np
 
@@ -15,11 +17,24 @@ from trainer.server.episode_runner import RemotePolicy
 from trainer.server.session import RobotSession
 
 
-class PolicyDriver:
-    """Turns a policy into a :data:`RemotePolicy` per robot; ``policy`` may be swapped between episodes."""
+def checkpoint_version(path: str | Path) -> int:
+    """The env steps in a checkpoint's path (``.../step_<N>/policy`` -> N), else 0: a policy's version."""
+    for part in reversed(Path(path).parts):
+        match = re.fullmatch(r"step_(\d+)", part)
+        if match:
+            return int(match.group(1))
+    return 0
 
-    def __init__(self, policy: Policy, greedy: bool = True) -> None:
+
+class PolicyDriver:
+    """Turns a policy into a :data:`RemotePolicy` per robot; ``policy`` may be swapped between episodes.
+
+    ``version`` goes out with every chunk (the agent records it per step): a checkpoint's env steps
+    in eval, the round in DAgger."""
+
+    def __init__(self, policy: Policy, greedy: bool = True, version: int = 0) -> None:
         self.policy = policy.eval()
+        self.version = version
         self.mode = "greedy" if greedy else "sample"
         self.inference = ThreadPoolExecutor(1, thread_name_prefix="policy-inference")
 

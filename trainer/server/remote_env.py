@@ -41,6 +41,7 @@ class RemoteRobotEnv:
         self.source = f"robot:{robot_id}"
         self._episode: LiveEpisode | None = None
         self._last: pb.Observation | None = None
+        self.policy_version = 0  # sent with every chunk (the learner's update count in serve train)
 
     # -- availability ---------------------------------------------------------------------------
     def _session(self) -> RobotSession:
@@ -70,6 +71,7 @@ class RemoteRobotEnv:
             raise RuntimeError(f"robot {self.robot_id}: reset() before stepping")
         if not self.available:
             return ChunkOutcome([], None, aborted=True, robot_left=True)
+        self._episode.policy_version = self.policy_version
         outcome = self._call(self._episode.play(actions.reshape(-1, self.spec.action.dim)))
         if outcome.observations:
             self._last = outcome.observations[-1]

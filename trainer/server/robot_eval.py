@@ -9,7 +9,7 @@ from pathlib import Path
 from protos import robot_link_pb2 as pb
 from trainer.server.config import ServeConfig
 from trainer.server.episode_runner import run_episode
-from trainer.server.policy_driver import PolicyDriver
+from trainer.server.policy_driver import PolicyDriver, checkpoint_version
 from trainer.server.session import RobotSession, RobotUnavailable
 
 log = logging.getLogger(__name__)
@@ -22,7 +22,7 @@ class Evaluation:
         from policies.factory import load_policy
 
         self.policy_path, self.episodes_per_robot, self.path = policy_path, episodes_per_robot, path
-        self.driver = PolicyDriver(load_policy(policy_path), greedy=greedy)
+        self.driver = PolicyDriver(load_policy(policy_path), greedy, checkpoint_version(policy_path))
         self.results: dict[str, dict] = {}
 
     @classmethod
@@ -40,7 +40,10 @@ class Evaluation:
         while not stop.is_set() and record["episodes"] + record["aborted"] < self.episodes_per_robot:
             try:
                 end = await run_episode(
-                    session, self.driver.remote_policy(session), seed=record["episodes"] + record["aborted"]
+                    session,
+                    self.driver.remote_policy(session),
+                    seed=record["episodes"] + record["aborted"],
+                    policy_version=self.driver.version,
                 )
             except (RobotUnavailable, asyncio.TimeoutError):
                 return

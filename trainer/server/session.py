@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import logging
 import secrets
 import time
 import uuid
@@ -17,7 +18,9 @@ from protos import robot_link_pb2 as pb
 from protos.env_spec import EnvSpec
 from trainer.server.admission import RECENT_OBSERVATIONS
 
+log = logging.getLogger(__name__)
 STATES = ("streaming", "holding", "disconnected")
+CLOCK_WARN_S = 1.0  # a robot PC's wall clock this far from the trainer's: its logs will not line up
 
 
 class RobotUnavailable(ConnectionError):
@@ -38,6 +41,8 @@ class SessionStats:
     # (one clock, the agent's): how old the frames are when they leave the robot.
     frame_age_ms: deque = field(default_factory=lambda: deque(maxlen=256))
     safety_events: Counter = field(default_factory=Counter)  # e.g. "clipped:workspace" -> count
+    policy_version: int = 0  # of the chunk behind the newest executed policy action (agent's echo)
+    clock_offset_s: float = 0.0  # trainer wall clock minus the agent's, at the first observation
 
     def rate_hz(self) -> float:
         if len(self.arrival_s) < 2:
@@ -79,10 +84,14 @@ class RobotSession:
     async def on_observation(self, obs: pb.Observation) -> None:
         now = time.monotonic()
         self.stats.observations += 1
+        if self.stats.observations == 1 and obs.wall_ns:
+            self._check_clock(obs.wall_ns)
         for frame in obs.frames:
             if frame.capture_mono_ns and obs.mono_ns >= frame.capture_mono_ns:
                 self.stats.frame_age_ms.append((obs.mono_ns - frame.capture_mono_ns) / 1e6)
         self.stats.safety_events.update(obs.transition.safety_events)
+        if obs.transition.policy_action:
+            self.stats.policy_version = obs.transition.policy_version
         self.stats.arrival_s.append(now)
         self._received_at[obs.seq] = now
         if len(self._received_at) > 512:
@@ -96,6 +105,15 @@ class RobotSession:
             self._new_observation.notify_all()
         for listener in self._listeners:
             listener(self, obs)
+
+    def _check_clock(self, agent_wall_ns: int) -> None:
+        offset = time.time() - agent_wall_ns / 1e9  # includes the link's one-way delay (ms)
+        self.stats.clock_offset_s = offset
+        if abs(offset) > CLOCK_WARN_S:
+            log.warning(
+                "robot %s: its clock is %.1f s %s the trainer's; sync it (NTP/chrony) so logs line up",
+                self.robot_id, abs(offset), "behind" if offset > 0 else "ahead of",
+            )  # fmt: skip
 
     def _complete_policy_action(self, obs: pb.Observation) -> None:
         """Fill in the policy's action of a tick the human drove before the answer reached the agent.
