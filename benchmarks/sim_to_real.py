@@ -103,21 +103,19 @@ def serve_config(work: Path, *overrides: str):
 
 def evaluate_on_twins(policy: Path, episodes: int, twins: int, gap: dict, work: Path) -> dict:
     """The policy, greedy, on ``twins`` twin agents until ``episodes`` episodes in all."""
-    from trainer.server.link_hosting import start_link, stop_link, wait_for_robots
+    from trainer.server.link_hosting import HostedLink, wait_for_robots
     from trainer.server.robot_eval import Evaluation, evaluate_on_robots
 
-    config = serve_config(work)
-    link, thread = start_link(config)
-    fleet = TwinFleet(link.port, twins, gap, work / "twins", "eval")
-    try:
-        wait_for_robots(link, twins, 120, "eval twins")
-        per_robot = -(-episodes // twins)
-        results = evaluate_on_robots(
-            link, thread.loop, Evaluation(str(policy), per_robot, True, work / "eval.json")
-        )
-    finally:
-        fleet.stop()
-        stop_link(link, thread)
+    with HostedLink(serve_config(work), mode="eval") as hosted:
+        fleet = TwinFleet(hosted.server.port, twins, gap, work / "twins", "eval")
+        try:
+            wait_for_robots(hosted.server, twins, 120, "eval twins")
+            per_robot = -(-episodes // twins)
+            results = evaluate_on_robots(
+                hosted.server, hosted.loop, Evaluation(str(policy), per_robot, True, work / "eval.json")
+            )
+        finally:
+            fleet.stop()
     done = sum(r["episodes"] for r in results.values())
     return {"episodes": done, "success_rate": sum(r["successes"] for r in results.values()) / max(done, 1),
             "aborted": sum(r["aborted"] for r in results.values())}  # fmt: skip

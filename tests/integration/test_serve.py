@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
 import json
 import os
 import signal
@@ -37,7 +36,7 @@ def free_port() -> int:
 
 
 class ServeThread:
-    """``serve()`` on its own event loop thread, as ``rlinf-trainer serve`` runs it."""
+    """``serve()`` in its own thread, as ``rlinf-trainer serve`` runs it in the main one."""
 
     def __init__(self, tmp_path: Path, *overrides: str) -> None:
         self.config = load_serve_config(
@@ -51,25 +50,22 @@ class ServeThread:
                 *overrides,
             ],
         )
-        self.loop = asyncio.new_event_loop()
         self.server = None
+        self.stop_event = threading.Event()
         self._started = threading.Event()
         self._thread = threading.Thread(target=self._main, daemon=True)
         self._thread.start()
         assert self._started.wait(30), "serve did not start"
 
     def _main(self) -> None:
-        asyncio.set_event_loop(self.loop)
-        self.stop_event = asyncio.Event()
-
         def started(server) -> None:
             self.server = server
             self._started.set()
 
-        self.loop.run_until_complete(serve(self.config, self.stop_event, on_started=started))
+        serve(self.config, self.stop_event, on_started=started)
 
     def stop(self) -> None:
-        self.loop.call_soon_threadsafe(self.stop_event.set)
+        self.stop_event.set()
         self._thread.join(30)
 
 

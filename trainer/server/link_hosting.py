@@ -1,16 +1,22 @@
-"""The robot link as each serve mode hosts it: auth and limits from the config, on its own loop thread."""
+"""The robot link as every serve mode hosts it: auth and limits from the config, on its own loop thread."""
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
+import logging
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Coroutine
+from concurrent.futures import Future
 from pathlib import Path
 
 from trainer.server.auth import AuthConfigError, ServerAuthConfig, load_robot_tokens
 from trainer.server.config import ServeConfig
-from trainer.server.link_server import LinkServer, LinkServerConfig, LinkServerThread
+from trainer.server.link_server import LinkServer, LinkServerConfig, LinkServerThread, SessionHook
 from trainer.server.recorder import LeRobotEpisodeSink
 from trainer.server.session import RobotSession
+
+log = logging.getLogger(__name__)
 
 
 def auth_from(config: ServeConfig) -> ServerAuthConfig:
@@ -81,13 +87,52 @@ def wait_for_robots(
         time.sleep(0.2)
 
 
-def start_link(config: ServeConfig):
-    """The link server on its own loop thread, recording robot episodes to ``data.record_dir``."""
-    sink = LeRobotEpisodeSink(config.data.record_dir, config.data.video_format())
-    link = LinkServer(link_config(config), sink=sink)
-    return link, LinkServerThread(link).start()
+class HostedLink:
+    """The robot link as every serve mode hosts it: a :class:`LinkServer` on its own event-loop
+    thread, recording robot episodes to ``data.record_dir``, with the live view when
+    ``server.view=rerun``. The calling thread stays free for the mode's own work (training, DAgger
+    rounds, or waiting for Ctrl-C). ``stop_event`` (on the link's loop) ends per-robot work.
 
+    ``on_session(session)`` is a coroutine started for every robot that registers (collect, eval).
+    """
 
-def stop_link(link: LinkServer, thread) -> None:
-    thread.stop(grace=2.0)
-    link.store_executor.shutdown(wait=True)  # every acknowledged episode is on disk
+    def __init__(self, config: ServeConfig, on_session: SessionHook | None = None, mode: str = "") -> None:
+        if config.server.view not in ("", "rerun"):
+            raise ValueError(f"server.view must be '' or 'rerun', got {config.server.view!r}")
+        self.config = config
+        sink = LeRobotEpisodeSink(config.data.record_dir, config.data.video_format())
+        self.server = LinkServer(link_config(config), sink=sink, on_session=on_session)
+        self.thread = LinkServerThread(self.server).start()
+        self.loop = self.thread.loop
+        self.stop_event = asyncio.Event()  # waited on only on the link's loop; set through stop()
+        self._background: list[Future] = []
+        log.info("serving robots on %s:%d (mode %s), recording to %s", listen_host(config.server),
+                 self.server.port, mode or config.server.mode, config.data.record_dir)  # fmt: skip
+        if config.server.view == "rerun":
+            from trainer.viewer import LiveView
+
+            self.spawn(LiveView(self.server, config.server.view_save).run(self.stop_event))
+
+    def spawn(self, coroutine: Coroutine) -> Future:
+        """Run ``coroutine`` on the link's loop until it returns (it should watch ``stop_event``)."""
+        future = asyncio.run_coroutine_threadsafe(coroutine, self.loop)
+        self._background.append(future)
+        return future
+
+    def stop(self) -> None:
+        self.loop.call_soon_threadsafe(self.stop_event.set)
+
+    def close(self) -> None:
+        """Stop per-robot work and background tasks, then the server; every acknowledged episode is on disk."""
+        self.stop()
+        for future in self._background:
+            with contextlib.suppress(Exception):
+                future.result(timeout=30)
+        self.thread.stop(grace=2.0)
+        self.server.store_executor.shutdown(wait=True)
+
+    def __enter__(self) -> HostedLink:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()

@@ -1,78 +1,61 @@
 """``rlinf-trainer serve``: accept robot agents, drive their episodes, record everything.
 
-One entry per mode: ``collect`` (:mod:`trainer.server.collect`) and ``eval``
-(:mod:`trainer.server.robot_eval`) run on the link's own event loop here; ``dagger``
-(:mod:`trainer.server.dagger`) and ``train`` host the link on a thread (:mod:`trainer.server.link_hosting`)
-and run in this one. Every robot episode lands in the LeRobot v3 dataset at ``data.record_dir``; a
-live table on the console and TensorBoard under ``log_dir`` show each robot's rate, reply latency
-and episode count.
+One entry per mode: ``collect`` (:mod:`trainer.server.collect`), ``eval``
+(:mod:`trainer.server.robot_eval`), ``dagger`` (:mod:`trainer.server.dagger`) and ``train`` (the
+runner on an env pool of sims + robots). Every mode hosts the link the same way
+(:class:`~trainer.server.link_hosting.HostedLink`: the server on its own loop thread) and does its
+own work in this thread. Every robot episode lands in the LeRobot v3 dataset at ``data.record_dir``;
+in collect and eval a live table on the console and TensorBoard under ``log_dir`` show each
+robot's rate, reply latency and episode count (train and dagger show their own progress instead).
 """
 
 from __future__ import annotations
 
-import asyncio
 import logging
 import signal
+import threading
 from pathlib import Path
 
 from trainer.server.collect import collect
 from trainer.server.config import ServeConfig
 from trainer.server.console import Console
-from trainer.server.link_hosting import link_config, listen_host, start_link, stop_link, wait_for_robots
+from trainer.server.link_hosting import HostedLink, wait_for_robots
 from trainer.server.link_server import LinkServer
-from trainer.server.recorder import LeRobotEpisodeSink
 from trainer.server.robot_eval import Evaluation
 from trainer.stop_signals import exit_code
 
 log = logging.getLogger(__name__)
 
 
-async def serve(config: ServeConfig, stop: asyncio.Event, on_started=None) -> LinkServer:
-    """Run until ``stop`` is set; returns the (stopped) server. ``on_started(server)`` once it listens."""
-    if config.server.view not in ("", "rerun"):
-        raise ValueError(f"server.view must be '' or 'rerun', got {config.server.view!r}")
-    sink = LeRobotEpisodeSink(config.data.record_dir, config.data.video_format())
+def serve(config: ServeConfig, stop: threading.Event, on_started=None) -> LinkServer:
+    """``collect`` or ``eval`` until ``stop`` is set; returns the (stopped) server.
+    ``on_started(server)`` once it listens."""
+    hosted: HostedLink
     if config.server.mode == "eval":
         evaluation = Evaluation.from_config(config)
-        on_session = lambda session: evaluation.run(session, stop)  # noqa: E731
+        on_session = lambda session: evaluation.run(session, hosted.stop_event)  # noqa: E731
     else:
-        on_session = lambda session: collect(session, config, stop)  # noqa: E731
-    server = LinkServer(link_config(config), sink=sink, on_session=on_session)
-    port = await server.start()
-    log.info("serving robots on %s:%d (mode %s), recording to %s", listen_host(config.server), port, config.server.mode,
-             config.data.record_dir)  # fmt: skip
-    if on_started is not None:
-        on_started(server)
-    views = []
-    if config.server.view == "rerun":
-        from trainer.viewer import LiveView
-
-        views.append(asyncio.ensure_future(LiveView(server, config.server.view_save).run(stop)))
-    console = Console(server, config.log_dir)
-    try:
-        await console.run(stop)
-    finally:
-        await asyncio.gather(*views, return_exceptions=True)
-        await server.stop(grace=2.0)
-        server.store_executor.shutdown(wait=True)  # every acknowledged episode is on disk
-    return server
+        on_session = lambda session: collect(session, config, hosted.stop_event)  # noqa: E731
+    with HostedLink(config, on_session) as hosted:
+        if on_started is not None:
+            on_started(hosted.server)
+        hosted.spawn(Console(hosted.server, config.log_dir).run(hosted.stop_event))
+        while not stop.wait(0.5):
+            pass
+    return hosted.server
 
 
 def dagger(config: ServeConfig, on_started=None) -> list[dict]:
     """``dagger`` mode: :class:`~trainer.server.dagger.DaggerLoop` rounds on the connected robots."""
     from trainer.server.dagger import DaggerLoop
 
-    link, thread = start_link(config)
-    log.info("serving robots on %s:%d (mode dagger: %d rounds), recording to %s", listen_host(config.server),
-             link.port, config.dagger.rounds, config.data.record_dir)  # fmt: skip
-    if on_started is not None:
-        on_started(link)
-    try:
-        loop = DaggerLoop(config, link, thread.loop, link.sink)
+    with HostedLink(config, mode=f"dagger, {config.dagger.rounds} rounds") as hosted:
+        link = hosted.server
+        if on_started is not None:
+            on_started(link)
+        loop = DaggerLoop(config, link, hosted.loop, link.sink)
         wait_for_robots(link, config.dagger.min_robots, config.dagger.wait_timeout_s, "dagger.min_robots")
         return loop.run()
-    finally:
-        stop_link(link, thread)
 
 
 def train(config: ServeConfig, on_started=None):
@@ -93,12 +76,10 @@ def train(config: ServeConfig, on_started=None):
     training = training_config(config)
     run_dir = Path(training.run.output_dir)
     resume = run_dir if config.train.resume and latest_checkpoint(run_dir) is not None else None
-    link, thread = start_link(config)
-    log.info("serving robots on %s:%d (mode train: %s on %s), recording robot episodes to %s",
-             listen_host(config.server), link.port, training.algorithm, training.env.id, config.data.record_dir)  # fmt: skip
-    if on_started is not None:
-        on_started(link)
-    try:
+    with HostedLink(config, mode=f"train: {training.algorithm} on {training.env.id}") as hosted:
+        link = hosted.server
+        if on_started is not None:
+            on_started(link)
 
         def make_envs(cfg):
             weights = {"sim": config.train.sim_weight, "robot": config.train.robot_weight}
@@ -114,17 +95,15 @@ def train(config: ServeConfig, on_started=None):
                 recorder = SimEpisodeRecorder(config.data.sim_record_dir, sim.spec, sim.num_envs,
                                               link.store_executor, config.data.video_format())  # fmt: skip
             rewards = reward_factory(config.reward, sim.spec)
-            return EnvPool(sim, link, thread.loop, weights, config.train.step_timeout_s, seed=cfg.run.seed,
+            return EnvPool(sim, link, hosted.loop, weights, config.train.step_timeout_s, seed=cfg.run.seed,
                            sim_recorder=recorder, rewards=rewards)  # fmt: skip
 
         runner = Runner(training, resume_dir=resume, make_envs=make_envs)
         runner.resume_hint = "the same serve command with train.resume=true"
         progress = runner.run()
         if config.train.final_eval_episodes > 0:
-            final_robot_eval(config, link, thread.loop, run_dir)
+            final_robot_eval(config, link, hosted.loop, run_dir)
         return progress
-    finally:
-        stop_link(link, thread)
 
 
 def final_robot_eval(config: ServeConfig, link: LinkServer, loop, run_dir: Path) -> None:
@@ -160,12 +139,8 @@ def main(config: ServeConfig) -> int:
         log.info("training done: %d iterations, %d env steps", progress.iteration, progress.env_steps)
         return 0
 
-    async def run() -> None:
-        stop = asyncio.Event()
-        loop = asyncio.get_running_loop()
-        for sig in (signal.SIGINT, signal.SIGTERM):
-            loop.add_signal_handler(sig, stop.set)
-        await serve(config, stop)
-
-    asyncio.run(run())
+    stop = threading.Event()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(sig, lambda *_: stop.set())
+    serve(config, stop)
     return 0
