@@ -25,15 +25,15 @@ import numpy as np
 
 from protos import link_codec
 from protos import robot_link_pb2 as pb
-from protos.validation import ContractError
-from robot_agent.action_queue import ActionQueue, StaleChunk
+from robot_agent.action_queue import ActionQueue
+from robot_agent.chunk_intake import ChunkIntake
 from robot_agent.config import AgentConfig
 from robot_agent.drivers.base import DriverError, RobotDriver
 from robot_agent.frame_encoder import FrameEncoder
-from robot_agent.log_limit import ReportLimiter
 from robot_agent.safety import SafetyFilter
 from robot_agent.spool import EpisodeSpool
 from robot_agent.teleop_arbiter import TeleopArbiter
+from robot_agent.tick_ledger import TickLedger
 from robot_agent.watchdog import Watchdog
 
 log = logging.getLogger(__name__)
@@ -96,85 +96,26 @@ class ControlLoop:
         self.mode = pb.MODE_POLICY
         self.holding = True
         self.estopped = False
-        self.policy_version = 0  # of the newest accepted chunk: stamped on the transitions it drives
         self._link_up = threading.Event()
         self.link_lost_at: float | None = None  # monotonic time of the last link loss
         self._stop = threading.Event()
         self._wake = threading.Event()  # ends the sleep between ticks early (link loss, stop)
         self._commands: collections.deque[pb.Command] = collections.deque()
-        self._seq = 0  # the tick being run; observations and actions are indexed by it
-        self._sent_mono: collections.OrderedDict[int, int] = collections.OrderedDict()
-        self._seq_lock = threading.Lock()
+        self.ledger = TickLedger()  # the tick being run (observations and actions are indexed by it)
         self._episode: _Episode | None = None
         self._last_executed: np.ndarray | None = None
         self._encoder = FrameEncoder(len(self.spec.cameras), config.link.codec, config.link.jpeg_quality)
         self._thread: threading.Thread | None = None
         self._driver_error: str | None = None
         self._advice: np.ndarray | None = None  # an expert's label for this tick while the policy drives
-        # (tick, its transition): a tick the human drove before the policy's answer came. The answer
-        # is still recorded if it arrives before the transition is sent with the next observation.
-        self._awaiting_policy: tuple[int, pb.Transition] | None = None
-        self._rejections = ReportLimiter()  # a flood of bad chunks: one log line and error a second
+        self.intake = ChunkIntake(
+            self.safety, config.safety, self.queue, self.ledger, self.stats, self._send_error
+        )
 
     # -- called from the link thread ---------------------------------------------------------------
     def accept_chunk(self, msg: pb.ActionChunk) -> str | None:
         """Queue a chunk if it is valid and fresh; returns an error message for the trainer otherwise."""
-        if self.estopped:
-            return self._reject("estop", "e-stop is latched; restart the agent to release it")
-        try:
-            chunk = self.safety.check_chunk(link_codec.chunk_from_proto(msg))
-        except (ContractError, link_codec.LinkCodecError) as exc:
-            return self._reject("bad_action", str(exc))
-        with self._seq_lock:
-            sent_mono = self._sent_mono.get(msg.obs_seq)
-            latest = next(reversed(self._sent_mono), -1) if self._sent_mono else -1
-            next_tick = self._seq
-        if msg.obs_seq > latest:
-            return self._reject(
-                "bad_action", f"chunk answers seq {msg.obs_seq}, but the newest sent is {latest}"
-            )
-        labelled = self._record_late_policy_action(chunk, msg.obs_seq, msg.policy_version)
-        if sent_mono is None:
-            return (
-                None
-                if labelled
-                else self._reject("stale_action", f"chunk answers seq {msg.obs_seq}, too old to remember")
-            )
-        max_age_ms = self.config.safety.max_action_age_ms
-        if msg.max_age_ms:
-            max_age_ms = min(max_age_ms, msg.max_age_ms)
-        age_ms = (time.monotonic_ns() - sent_mono) / 1e6
-        if age_ms > max_age_ms:
-            if labelled:
-                return None
-            return self._reject(
-                "stale_action", f"chunk answers an observation {age_ms:.0f} ms old (max {max_age_ms:g})"
-            )
-        try:
-            self.queue.accept(chunk, msg.obs_seq, next_tick)
-        except StaleChunk as exc:
-            return None if labelled else self._reject("stale_action", str(exc))
-        self.policy_version = msg.policy_version  # the queue now plays this chunk (or blends into it)
-        self.stats.chunks_accepted += 1
-        self.stats.round_trip_ms.append(age_ms)
-        return None
-
-    def _record_late_policy_action(self, chunk: np.ndarray, obs_seq: int, version: int) -> bool:
-        """Fill in the policy's action of a tick the human already drove, if ``chunk`` covers it.
-
-        What the policy would have done is a label (HG-DAgger compares it with the human's), so it
-        must not depend on whether the answer beat the tick's execution budget.
-        """
-        with self._seq_lock:
-            if self._awaiting_policy is None:
-                return False
-            tick, transition = self._awaiting_policy
-            if not obs_seq <= tick < obs_seq + len(chunk):
-                return False
-            transition.policy_action[:] = chunk[tick - obs_seq].tolist()
-            transition.policy_version = version
-            self._awaiting_policy = None
-            return True
+        return self.intake.accept(msg, self.estopped)
 
     def post_command(self, command: pb.Command) -> None:
         if command.kind == pb.Command.ESTOP:
@@ -224,8 +165,7 @@ class ControlLoop:
                 self._end_episode(pb.EpisodeEvent.ABORTED, f"driver error: {exc}")
                 self._enter_hold("driver error")
             self.stats.ticks += 1
-            with self._seq_lock:
-                self._seq += 1
+            self.ledger.advance()
             next_tick += self.period_s
             if next_tick > time.monotonic():
                 self._sleep_until(next_tick)
@@ -287,7 +227,9 @@ class ControlLoop:
             # Record what the policy would have done (HG-DAgger compares them): wait for it as a
             # policy tick would; the human's action runs either way, at the same point of the tick.
             budget = tick_start + self.config.action_wait_fraction * self.period_s - time.monotonic()
-            policy_action = self.queue.wait_for(self._seq, budget if self.mode != pb.MODE_TELEOP else 0.0)
+            policy_action = self.queue.wait_for(
+                self.ledger.tick, budget if self.mode != pb.MODE_TELEOP else 0.0
+            )
             self._execute(human, observation, episode, policy_action=policy_action, intervened=True)
             return
         action = None
@@ -296,9 +238,9 @@ class ControlLoop:
             deadline = self.watchdog.deadline()
             if time.monotonic() < deadline:
                 wait_until = min(wait_until, deadline)  # wake at the deadline to hold on time
-            action = self.queue.wait_for(self._seq, wait_until - time.monotonic())
+            action = self.queue.wait_for(self.ledger.tick, wait_until - time.monotonic())
         else:
-            self.queue.wait_for(self._seq, 0.0)  # drop anything queued for this tick
+            self.queue.wait_for(self.ledger.tick, 0.0)  # drop anything queued for this tick
         if action is None:
             if not self.estopped:
                 self.driver.hold()
@@ -367,11 +309,10 @@ class ControlLoop:
             truncated=outcome.truncated or episode.step >= self.spec.max_episode_steps,
             success=outcome.success,
             safety_events=events,
-            policy_version=self.policy_version if policy_list else 0,
+            policy_version=self.intake.policy_version if policy_list else 0,
         )
         if intervened and policy_action is None:
-            with self._seq_lock:
-                self._awaiting_policy = (self._seq, episode.transition)
+            self.ledger.await_policy(episode.transition)
         if outcome.terminated or episode.transition.truncated:
             reason = "terminated" if outcome.terminated else "truncated"
             episode.ending = (pb.EpisodeEvent.ENDED, reason)
@@ -382,8 +323,9 @@ class ControlLoop:
         frames = self._encoder.encode(reading.images, reading.capture_ns)
         self.stats.encode_ms.append((time.monotonic_ns() - mono) / 1e6)
         episode = self._episode
+        seq = self.ledger.tick
         msg = pb.Observation(
-            seq=self._seq,
+            seq=seq,
             episode_id=episode.episode_id if episode else "",
             step=episode.step if episode else 0,
             mono_ns=mono,
@@ -395,16 +337,11 @@ class ControlLoop:
             holding=self.holding,
         )
         if episode is not None and episode.transition is not None:
-            with self._seq_lock:
-                self._awaiting_policy = None  # the transition leaves now: a later answer is not recorded
-                msg.transition.CopyFrom(episode.transition)
+            self.ledger.attach(msg, episode.transition)  # a later answer is no longer recorded
         if episode is not None:
             episode.pending = msg
             self.spool.append(episode.episode_id, msg)  # on disk before it is sent: a crash keeps it
-        with self._seq_lock:
-            self._sent_mono[self._seq] = mono
-            while len(self._sent_mono) > 256:
-                self._sent_mono.popitem(last=False)
+        self.ledger.sent(seq, mono)
         self._send(pb.AgentMessage(observation=msg))
         return msg
 
@@ -443,8 +380,7 @@ class ControlLoop:
             return
         self._episode = _Episode(episode_id)
         self._last_executed = None
-        with self._seq_lock:
-            self._awaiting_policy = None
+        self.ledger.stop_waiting()
         self.teleop.start_episode()
         self.watchdog.feed()
         self._send(
@@ -462,8 +398,7 @@ class ControlLoop:
             # The last action ran after the newest observation: observe its outcome now, as its own tick.
             try:
                 self._observe()
-                with self._seq_lock:
-                    self._seq += 1
+                self.ledger.advance()
             except DriverError:
                 num_steps -= 1  # the outcome of the last action is unknown: drop that transition
         self._episode = None
@@ -494,15 +429,6 @@ class ControlLoop:
             self.queue.clear()
             log.critical("E-STOP: actions are refused until the agent is restarted")
             self._enter_hold("e-stop")
-
-    def _reject(self, code: str, message: str) -> str:
-        self.stats.chunks_rejected += 1
-        held = self._rejections.allow(code)
-        if held is not None:
-            more = f" (and {held} more since the last report)" if held else ""
-            log.warning("rejected action chunk (%s): %s%s", code, message, more)
-            self._send_error(code, message + more)
-        return message
 
     def _send_error(self, code: str, message: str) -> None:
         self._send(pb.AgentMessage(error=pb.AgentError(code=code, message=message)))
