@@ -96,3 +96,63 @@ def test_help_names_the_presets_and_every_teleop_device():
     connect = run_cli("rlinf-robot", "connect", "--help")
     assert connect.returncode == 0
     assert all(device in connect.stdout for device in ("spacemouse", "keyboard", "replay", "expert"))
+
+
+def test_peers_going_away_print_our_log_lines_not_grpc_core_ones(tmp_path):
+    """The agent killed outright, then the trainer stopped under a connected agent (a GOAWAY): each
+    side reports it in its own log line; no gRPC C-core lines reach the terminal."""
+    import os
+    import signal
+    import socket
+    import time
+
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    bin_dir = Path(sys.executable).parent
+    env = {k: v for k, v in os.environ.items() if not k.startswith("GRPC_")}
+
+    def start(*argv, log):
+        return subprocess.Popen(
+            [str(bin_dir / argv[0]), *argv[1:]], cwd=ROOT, env=env, stdout=log, stderr=log
+        )
+
+    def wait_for(path: Path, text: str, timeout: float = 60) -> None:
+        deadline = time.monotonic() + timeout
+        while text not in path.read_text(errors="replace"):
+            assert time.monotonic() < deadline, f"no {text!r} in {path.name}: {path.read_text()[-800:]}"
+            time.sleep(0.2)
+
+    serve_log, first_log, second_log = (tmp_path / f"{n}.log" for n in ("serve", "agent1", "agent2"))
+    server_argv = ["rlinf-trainer", "serve", "--insecure", "server.host=127.0.0.1", f"server.port={port}",
+                   f"data.record_dir={tmp_path / 'ds'}", f"log_dir={tmp_path / 'tb'}", "collect.policy=hold"]  # fmt: skip
+    agent_argv = [
+        "rlinf-robot",
+        "connect",
+        "--server",
+        f"127.0.0.1:{port}",
+        "--robot",
+        "sim-twin",
+        "--insecure",
+    ]
+    with open(serve_log, "w") as s_out, open(first_log, "w") as a_out, open(second_log, "w") as b_out:
+        server = start(*server_argv, log=s_out)
+        first = start(*agent_argv, log=a_out)
+        second = None
+        try:
+            wait_for(serve_log, "registered")
+            first.kill()
+            wait_for(serve_log, "disconnected")
+            second = start(*agent_argv, log=b_out)
+            wait_for(serve_log, "registered: rlinf", timeout=60)
+            wait_for(second_log, "connected to")
+            server.send_signal(signal.SIGINT)
+            server.wait(60)
+            wait_for(second_log, "link to 127.0.0.1")
+        finally:
+            for proc in (first, second, server):
+                if proc is not None and proc.poll() is None:
+                    proc.kill()
+    for path in (serve_log, second_log):
+        text = path.read_text(errors="replace")
+        assert ".cc:" not in text and "GOAWAY" not in text, text[-1500:]
