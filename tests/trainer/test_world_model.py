@@ -138,3 +138,24 @@ def test_a_policy_trained_only_inside_a_world_model_improves_in_the_true_env(tmp
     trained = greedy_return(load_policy(latest_checkpoint(tmp_path / "ppo") / POLICY_DIR))
     venv.close()
     assert trained > untrained + 4.0, (untrained, trained)  # measured: -14.3 -> -5.2
+
+
+def test_one_imagined_env_passes_gymnasiums_env_checker(state_model):
+    import gymnasium as gym
+    from gymnasium.utils.env_checker import check_env
+
+    import policies.world_model  # noqa: F401  (registers rlinf/WorldModel-v0)
+
+    run, _ = state_model
+    env = gym.make("rlinf/WorldModel-v0", checkpoint=str(run / "world_model"), max_episode_steps=5)
+    check_env(env.unwrapped, skip_render_check=True)
+    obs, _ = env.reset(seed=1)
+    assert env.observation_space.contains(obs)
+    steps, done = 0, False
+    while not done:
+        obs, _, terminated, truncated, info = env.step(env.action_space.sample())
+        assert env.observation_space.contains(obs) and isinstance(info["success"], bool)
+        steps, done = steps + 1, terminated or truncated
+    assert steps <= 5
+    again, _ = env.reset(seed=1)
+    np.testing.assert_allclose(again["state"], env.reset(seed=1)[0]["state"])  # the seed draws the start
