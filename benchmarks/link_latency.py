@@ -79,6 +79,7 @@ class StaticFramesDriver(RobotDriver):
         self.arms = (ArmScaling(0.05, 0.3),)
         self.state = np.zeros(16, np.float32)
         self.state[7:10] = (0.5, 0.0, 0.3)
+        self.state[10:14] = (0.0, 1.0, 0.0, 0.0)  # gripper pointing down: a real orientation
 
     def reset(self, seed=None) -> None:
         pass
@@ -181,7 +182,7 @@ def serve_forever(port_file: Path, stats_file: Path) -> None:
     asyncio.run(main())
 
 
-def run_link(frames, control_hz: float, duration_s: float, episode_steps: int) -> dict:
+def run_link(frames, control_hz: float, duration_s: float, episode_steps: int, codec: str = "jpeg") -> dict:
     """The agent in this process, the trainer in another (as on two machines, no shared GIL)."""
     with tempfile.TemporaryDirectory() as tmp:
         port_file, stats_file = Path(tmp) / "port", Path(tmp) / "stats.json"
@@ -196,7 +197,7 @@ def run_link(frames, control_hz: float, duration_s: float, episode_steps: int) -
             spool_dir=str(Path(tmp) / "spool"),
             action_wait_fraction=0.9,
             link=LinkConfig(
-                server=f"127.0.0.1:{port_file.read_text()}", insecure=True, codec="jpeg", jpeg_quality=90
+                server=f"127.0.0.1:{port_file.read_text()}", insecure=True, codec=codec, jpeg_quality=90
             ),
         )
         agent = AgentThread(Agent(StaticFramesDriver(frames, control_hz, episode_steps), config)).start()

@@ -30,7 +30,7 @@ from robot_agent.chunk_intake import ChunkIntake
 from robot_agent.config import AgentConfig
 from robot_agent.drivers.base import DriverError, RobotDriver
 from robot_agent.frame_encoder import FrameEncoder
-from robot_agent.safety import SafetyFilter
+from robot_agent.safety import SafetyFilter, UnusableState
 from robot_agent.spool import EpisodeSpool
 from robot_agent.teleop_arbiter import TeleopArbiter
 from robot_agent.tick_ledger import TickLedger
@@ -280,9 +280,12 @@ class ControlLoop:
         self, action: np.ndarray, observation: pb.Observation, episode: _Episode,
         policy_action: np.ndarray | None = None, intervened: bool = False,
     ) -> None:  # fmt: skip
-        safe, events = self.safety.limit(
-            action, np.asarray(observation.state), self._last_executed, self.driver.tcp_targets()
-        )
+        try:
+            safe, events = self.safety.limit(
+                action, np.asarray(observation.state), self._last_executed, self.driver.tcp_targets()
+            )
+        except UnusableState as exc:  # held and the episode aborted, as for any driver fault
+            raise DriverError(f"unsafe robot state: {exc}") from None
         outcome = self.driver.apply(safe)
         self.watchdog.feed()
         self.holding = False

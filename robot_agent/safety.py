@@ -69,6 +69,13 @@ class ArmScaling:
     prefix: str = ""
 
 
+QUAT_NORM_TOLERANCE = 0.05  # a measured orientation further from unit norm is not one
+
+
+class UnusableState(ValueError):
+    """The robot's measured state cannot bound an action (a NaN or a non-unit quaternion): hold."""
+
+
 @dataclass(frozen=True)
 class TcpPose:
     """One arm's commanded TCP: position in metres, orientation as a (w, x, y, z) quaternion if known."""
@@ -142,6 +149,7 @@ class SafetyFilter:
         else the measured TCP in ``state``. The new target must lie in the box and within the lead
         of the measured TCP, and may move at most one step from the old one.
         """
+        self._check_measured(state, targets)
         safe = np.array(action, dtype=np.float64)
         events: list[str] = []
         for i, arm in enumerate(self._arms):
@@ -160,7 +168,31 @@ class SafetyFilter:
                     safe[arm.gripper] = clipped
                     events.append(f"clipped:{arm.scaling.prefix}gripper_rate")
         low, high = self.spec.action.low_array(), self.spec.action.high_array()
-        return np.clip(safe, low, high).astype(np.float32), events
+        safe = np.clip(safe, low, high).astype(np.float32)
+        if not np.isfinite(safe).all():  # the last line: a non-finite command never reaches the robot
+            raise UnusableState(f"the limited action is not finite: {safe.tolist()}")
+        return safe, events
+
+    def _check_measured(self, state: np.ndarray, targets: tuple[TcpPose, ...] | None) -> None:
+        """Every limit is taken from the measured TCP (and the commanded one): both must be real poses."""
+        for i, arm in enumerate(self._arms):
+            prefix = arm.scaling.prefix
+            if not np.isfinite(state[arm.tcp_pos]).all():
+                raise UnusableState(
+                    f"the measured {prefix}tcp_pos is not finite: {state[arm.tcp_pos].tolist()}"
+                )
+            if arm.rotation and arm.tcp_quat is not None:
+                quat = np.asarray(state[arm.tcp_quat], np.float64)
+                if (
+                    not np.isfinite(quat).all()
+                    or abs(float(np.linalg.norm(quat)) - 1.0) > QUAT_NORM_TOLERANCE
+                ):
+                    raise UnusableState(
+                        f"the measured {prefix}tcp_quat is not a unit quaternion: {quat.tolist()}"
+                    )
+            commanded = targets[i] if targets is not None else None
+            if commanded is not None and not np.isfinite(commanded.position).all():
+                raise UnusableState(f"the commanded {prefix}TCP is not finite: {list(commanded.position)}")
 
     def _limit_translation(
         self, arm: _ArmLayout, safe: np.ndarray, measured: np.ndarray, coming: np.ndarray,

@@ -390,3 +390,42 @@ def test_a_physics_blow_up_on_the_twin_aborts_the_episode_and_is_never_a_success
     finally:
         agent.stop()
         server.stop()
+
+
+def test_a_corrupt_measured_pose_holds_the_robot_and_aborts_instead_of_sending_it_nan(tmp_path):
+    server = start_server()
+    agent = start_agent(server.server.port, tmp_path, driver={"cameras": []})
+    driver, applied, corrupt, seen_bad = agent.agent.driver, [], [], []
+    observe, apply = driver.observe, driver.apply
+    quat = driver.spec.state_slices()["tcp_quat"]
+
+    def observe_then_corrupt():
+        reading = observe()
+        if corrupt:
+            reading.state[quat] = 0.0  # a driver bug or a bad packet: not an orientation
+            seen_bad.append(True)
+        return reading
+
+    def recording_apply(action):  # (was the state it was limited against already bad, the action)
+        applied.append((bool(seen_bad), np.asarray(action).copy()))
+        return apply(action)
+
+    driver.observe, driver.apply = observe_then_corrupt, recording_apply
+    try:
+        session = server.call(server.server.wait_for_robot(timeout=30))
+
+        def turn_then_corrupt(obs: pb.Observation) -> np.ndarray:
+            if obs.step == 5:
+                corrupt.append(True)
+            return np.array([[0.1, 0, 0, 0, 0, 0.5, 1]], np.float32)
+
+        end = server.call(run_episode(session, turn_then_corrupt), timeout=60)
+        assert end.kind == pb.EpisodeEvent.ABORTED and "unsafe robot state" in end.reason
+        assert "tcp_quat is not a unit quaternion" in end.reason
+        assert any(not bad for bad, _ in applied)  # it moved before the state went bad ...
+        assert all(np.isfinite(a).all() for _, a in applied)  # ... and never got a non-finite command
+        assert not [a for bad, a in applied if bad]  # nothing at all once the state was bad
+        assert agent.agent.control.holding
+    finally:
+        agent.stop()
+        server.stop()

@@ -217,3 +217,35 @@ def test_the_orientation_target_never_leads_the_measured_orientation_by_more_tha
     assert np.linalg.norm(matrix_to_rotvec(commanded @ start.T)) == pytest.approx(0.1, abs=1e-4)
     assert "clipped:rotation_lead" in events
     assert quat_to_matrix(matrix_to_quat(commanded)) == pytest.approx(commanded, abs=1e-9)
+
+
+@pytest.mark.parametrize(
+    ("corrupt", "named"),
+    [
+        (
+            lambda s: s.__setitem__(slice(10, 14), 0.0),
+            "tcp_quat is not a unit quaternion",
+        ),  # a zero quaternion
+        (lambda s: s.__setitem__(11, np.nan), "tcp_quat is not a unit quaternion"),
+        (lambda s: s.__setitem__(8, np.nan), "tcp_pos is not finite"),
+    ],
+)
+def test_a_measured_pose_that_is_not_one_stops_the_action_instead_of_becoming_nan(corrupt, named):
+    from robot_agent.safety import UnusableState
+
+    safety = SafetyFilter(quat_spec(), (SCALE,), SafetyConfig())
+    state = state_with([0.5, 0, 0.3], rotvec_to_matrix(np.array([np.pi, 0, 0])))
+    turn = np.array([0.1, 0, 0, 0, 0, 0.5, 1], np.float32)
+    assert np.isfinite(safety.limit(turn, state, None)[0]).all()
+    corrupt(state)
+    with pytest.raises(UnusableState, match=named):
+        safety.limit(turn, state, None)
+
+
+def test_a_commanded_target_that_is_not_finite_stops_the_action():
+    from robot_agent.safety import UnusableState
+
+    safety = SafetyFilter(quat_spec(), (SCALE,), SafetyConfig())
+    state = state_with([0.5, 0, 0.3], rotvec_to_matrix(np.array([np.pi, 0, 0])))
+    with pytest.raises(UnusableState, match="commanded TCP is not finite"):
+        safety.limit(np.zeros(7, np.float32), state, None, (TcpPose(np.array([0.5, np.nan, 0.3])),))
