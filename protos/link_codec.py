@@ -180,6 +180,40 @@ def encode_frame(camera: str, image: np.ndarray, codec: str = "jpeg", quality: i
     return pb.Frame(camera=camera, codec=CODECS[codec], height=height, width=width, data=data)
 
 
+# Protobuf keys (field number << 3 | wire type 2, length-delimited) of Observation.frames and Frame.data.
+_FRAMES_KEY = bytes([pb.Observation.FRAMES_FIELD_NUMBER << 3 | 2])
+_FRAME_DATA_KEY = bytes([pb.Frame.DATA_FIELD_NUMBER << 3 | 2])
+
+
+def _varint(value: int) -> bytes:
+    out = bytearray()
+    while True:
+        byte, value = value & 0x7F, value >> 7
+        out.append(byte | (0x80 if value else 0))
+        if not value:
+            return bytes(out)
+
+
+def observation_parts(observation: pb.Observation, pixels: dict) -> list:
+    """The serialised ``observation`` with raw frames whose bytes are ``pixels[camera]`` (any buffer),
+    as parts to join or write one after another; ``observation``'s own frames give only the names,
+    sizes and capture times. Protobuf allows a message's fields in any order and a repeated field as
+    separate records, so the pixels are never copied into a message (setting a 1 MB bytes field costs
+    ten times the copy; parsing aliases the bytes it parses)."""
+    head = pb.Observation()
+    head.CopyFrom(observation)
+    del head.frames[:]
+    parts: list = [head.SerializeToString()]
+    for frame in observation.frames:
+        data = pixels[frame.camera]
+        header = pb.Frame(
+            camera=frame.camera, codec=pb.CODEC_RAW_RGB8, height=frame.height, width=frame.width,
+            capture_mono_ns=frame.capture_mono_ns,
+        ).SerializeToString() + _FRAME_DATA_KEY + _varint(len(data))  # fmt: skip
+        parts += [_FRAMES_KEY + _varint(len(header) + len(data)), header, data]
+    return parts
+
+
 def decode_frame(
     frame: pb.Frame, expected: CameraSpec | None = None, out: np.ndarray | None = None
 ) -> np.ndarray:

@@ -12,6 +12,7 @@ class Codec(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     CODEC_UNSPECIFIED: _ClassVar[Codec]
     CODEC_RAW_RGB8: _ClassVar[Codec]
     CODEC_JPEG: _ClassVar[Codec]
+    CODEC_RING: _ClassVar[Codec]
 
 class Mode(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     __slots__ = ()
@@ -22,6 +23,7 @@ class Mode(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
 CODEC_UNSPECIFIED: Codec
 CODEC_RAW_RGB8: Codec
 CODEC_JPEG: Codec
+CODEC_RING: Codec
 MODE_UNSPECIFIED: Mode
 MODE_POLICY: Mode
 MODE_TELEOP: Mode
@@ -101,7 +103,7 @@ class AgentMessage(_message.Message):
     def __init__(self, register: _Optional[_Union[Register, _Mapping]] = ..., observation: _Optional[_Union[Observation, _Mapping]] = ..., episode_event: _Optional[_Union[EpisodeEvent, _Mapping]] = ..., episode_upload: _Optional[_Union[EpisodeUpload, _Mapping]] = ..., error: _Optional[_Union[AgentError, _Mapping]] = ...) -> None: ...
 
 class Register(_message.Message):
-    __slots__ = ("robot_id", "robot_kind", "spec", "agent_version", "protocol_version", "capabilities", "unacked_episode_ids", "resume_token")
+    __slots__ = ("robot_id", "robot_kind", "spec", "agent_version", "protocol_version", "capabilities", "unacked_episode_ids", "resume_token", "frame_ring")
     ROBOT_ID_FIELD_NUMBER: _ClassVar[int]
     ROBOT_KIND_FIELD_NUMBER: _ClassVar[int]
     SPEC_FIELD_NUMBER: _ClassVar[int]
@@ -110,6 +112,7 @@ class Register(_message.Message):
     CAPABILITIES_FIELD_NUMBER: _ClassVar[int]
     UNACKED_EPISODE_IDS_FIELD_NUMBER: _ClassVar[int]
     RESUME_TOKEN_FIELD_NUMBER: _ClassVar[int]
+    FRAME_RING_FIELD_NUMBER: _ClassVar[int]
     robot_id: str
     robot_kind: str
     spec: EnvSpec
@@ -118,7 +121,18 @@ class Register(_message.Message):
     capabilities: DriverCapabilities
     unacked_episode_ids: _containers.RepeatedScalarFieldContainer[str]
     resume_token: str
-    def __init__(self, robot_id: _Optional[str] = ..., robot_kind: _Optional[str] = ..., spec: _Optional[_Union[EnvSpec, _Mapping]] = ..., agent_version: _Optional[str] = ..., protocol_version: _Optional[int] = ..., capabilities: _Optional[_Union[DriverCapabilities, _Mapping]] = ..., unacked_episode_ids: _Optional[_Iterable[str]] = ..., resume_token: _Optional[str] = ...) -> None: ...
+    frame_ring: FrameRing
+    def __init__(self, robot_id: _Optional[str] = ..., robot_kind: _Optional[str] = ..., spec: _Optional[_Union[EnvSpec, _Mapping]] = ..., agent_version: _Optional[str] = ..., protocol_version: _Optional[int] = ..., capabilities: _Optional[_Union[DriverCapabilities, _Mapping]] = ..., unacked_episode_ids: _Optional[_Iterable[str]] = ..., resume_token: _Optional[str] = ..., frame_ring: _Optional[_Union[FrameRing, _Mapping]] = ...) -> None: ...
+
+class FrameRing(_message.Message):
+    __slots__ = ("path", "slots", "slot_bytes")
+    PATH_FIELD_NUMBER: _ClassVar[int]
+    SLOTS_FIELD_NUMBER: _ClassVar[int]
+    SLOT_BYTES_FIELD_NUMBER: _ClassVar[int]
+    path: str
+    slots: int
+    slot_bytes: int
+    def __init__(self, path: _Optional[str] = ..., slots: _Optional[int] = ..., slot_bytes: _Optional[int] = ...) -> None: ...
 
 class DriverCapabilities(_message.Message):
     __slots__ = ("reset", "reward", "gripper", "action_kinds")
@@ -133,20 +147,24 @@ class DriverCapabilities(_message.Message):
     def __init__(self, reset: _Optional[bool] = ..., reward: _Optional[bool] = ..., gripper: _Optional[bool] = ..., action_kinds: _Optional[_Iterable[str]] = ...) -> None: ...
 
 class Frame(_message.Message):
-    __slots__ = ("camera", "codec", "height", "width", "data", "capture_mono_ns")
+    __slots__ = ("camera", "codec", "height", "width", "data", "capture_mono_ns", "ring_slot", "ring_offset")
     CAMERA_FIELD_NUMBER: _ClassVar[int]
     CODEC_FIELD_NUMBER: _ClassVar[int]
     HEIGHT_FIELD_NUMBER: _ClassVar[int]
     WIDTH_FIELD_NUMBER: _ClassVar[int]
     DATA_FIELD_NUMBER: _ClassVar[int]
     CAPTURE_MONO_NS_FIELD_NUMBER: _ClassVar[int]
+    RING_SLOT_FIELD_NUMBER: _ClassVar[int]
+    RING_OFFSET_FIELD_NUMBER: _ClassVar[int]
     camera: str
     codec: Codec
     height: int
     width: int
     data: bytes
     capture_mono_ns: int
-    def __init__(self, camera: _Optional[str] = ..., codec: _Optional[_Union[Codec, str]] = ..., height: _Optional[int] = ..., width: _Optional[int] = ..., data: _Optional[bytes] = ..., capture_mono_ns: _Optional[int] = ...) -> None: ...
+    ring_slot: int
+    ring_offset: int
+    def __init__(self, camera: _Optional[str] = ..., codec: _Optional[_Union[Codec, str]] = ..., height: _Optional[int] = ..., width: _Optional[int] = ..., data: _Optional[bytes] = ..., capture_mono_ns: _Optional[int] = ..., ring_slot: _Optional[int] = ..., ring_offset: _Optional[int] = ...) -> None: ...
 
 class Observation(_message.Message):
     __slots__ = ("seq", "episode_id", "step", "mono_ns", "wall_ns", "frames", "state", "instruction", "transition", "mode", "holding")
@@ -259,16 +277,18 @@ class TrainerMessage(_message.Message):
     def __init__(self, welcome: _Optional[_Union[Welcome, _Mapping]] = ..., actions: _Optional[_Union[ActionChunk, _Mapping]] = ..., command: _Optional[_Union[Command, _Mapping]] = ..., ack: _Optional[_Union[Ack, _Mapping]] = ...) -> None: ...
 
 class Welcome(_message.Message):
-    __slots__ = ("session_id", "protocol_version", "trainer_version", "resume_token")
+    __slots__ = ("session_id", "protocol_version", "trainer_version", "resume_token", "frame_ring_accepted")
     SESSION_ID_FIELD_NUMBER: _ClassVar[int]
     PROTOCOL_VERSION_FIELD_NUMBER: _ClassVar[int]
     TRAINER_VERSION_FIELD_NUMBER: _ClassVar[int]
     RESUME_TOKEN_FIELD_NUMBER: _ClassVar[int]
+    FRAME_RING_ACCEPTED_FIELD_NUMBER: _ClassVar[int]
     session_id: str
     protocol_version: int
     trainer_version: str
     resume_token: str
-    def __init__(self, session_id: _Optional[str] = ..., protocol_version: _Optional[int] = ..., trainer_version: _Optional[str] = ..., resume_token: _Optional[str] = ...) -> None: ...
+    frame_ring_accepted: bool
+    def __init__(self, session_id: _Optional[str] = ..., protocol_version: _Optional[int] = ..., trainer_version: _Optional[str] = ..., resume_token: _Optional[str] = ..., frame_ring_accepted: _Optional[bool] = ...) -> None: ...
 
 class ActionChunk(_message.Message):
     __slots__ = ("obs_seq", "chunk_len", "action_dim", "values", "max_age_ms", "policy_version")

@@ -34,10 +34,17 @@ class LinkConfig:
     reconnect_max_s: float = 5.0
     max_outbox_observations: int = 8  # live observations waiting to be sent; older ones are skipped
     upload_part_bytes: int = 4 * 1024 * 1024
+    # Raw frames to a trainer on this host go by shared memory (protos/frame_ring.py), in a ring of
+    # this many slots (at 30 Hz, 16 slots give the trainer half a second); 0 sends them in-band.
+    frame_ring_slots: int = 16
 
     def __post_init__(self) -> None:
         if self.codec not in ("jpeg", "raw"):
             raise AgentConfigError(f"link.codec must be 'jpeg' or 'raw', got {self.codec!r}")
+        if self.frame_ring_slots != 0 and self.frame_ring_slots < 2:
+            raise AgentConfigError(
+                f"link.frame_ring_slots must be 0 (off) or >= 2, got {self.frame_ring_slots}"
+            )
         if not 1 <= self.jpeg_quality <= 100:
             raise AgentConfigError(f"link.jpeg_quality must be in 1..100, got {self.jpeg_quality}")
         if not self.insecure and not self.tls_ca:

@@ -105,6 +105,7 @@ class ControlLoop:
         self._episode: _Episode | None = None
         self._last_executed: np.ndarray | None = None
         self._encoder = FrameEncoder(len(self.spec.cameras), config.link.codec, config.link.jpeg_quality)
+        self._encoder.offer_ring(self.spec, config.link.server, config.link.frame_ring_slots)
         self._thread: threading.Thread | None = None
         self._driver_error: str | None = None
         self._advice: np.ndarray | None = None  # an expert's label for this tick while the policy drives
@@ -323,10 +324,11 @@ class ControlLoop:
     def _observe(self) -> pb.Observation:
         reading = self.driver.observe()
         mono, wall = link_codec.now_ns()
-        frames = self._encoder.encode(reading.images, reading.capture_ns)
+        seq = self.ledger.tick
+        frames = self._encoder.encode(reading.images, reading.capture_ns, seq)
         self.stats.encode_ms.append((time.monotonic_ns() - mono) / 1e6)
         episode = self._episode
-        seq = self.ledger.tick
+        by_ring = any(f.codec == pb.CODEC_RING for f in frames)
         msg = pb.Observation(
             seq=seq,
             episode_id=episode.episode_id if episode else "",
@@ -343,10 +345,24 @@ class ControlLoop:
             self.ledger.attach(msg, episode.transition)  # a later answer is no longer recorded
         if episode is not None:
             episode.pending = msg
-            self.spool.append(episode.episode_id, msg)  # on disk before it is sent: a crash keeps it
+            if not by_ring:
+                self.spool.append(episode.episode_id, msg)  # on disk before it is sent: a crash keeps it
         self.ledger.sent(seq, mono)
         self._send(pb.AgentMessage(observation=msg))
+        if episode is not None and by_ring:
+            # A same-host trainer has the pixels already (shared memory); the spool's copy carries them
+            # in-band, written while the trainer works, off the round trip (a crash between the two
+            # loses one step of an episode that the crash aborts anyway).
+            self.spool.append_with_pixels(episode.episode_id, msg, reading.images)
         return msg
+
+    # -- the frame ring (raw frames to a trainer on this host) -------------------------------------
+    def frame_ring_offer(self) -> pb.FrameRing | None:
+        return self._encoder.ring_proto()
+
+    def use_frame_ring(self, accepted: bool) -> None:
+        """Called by the link: the trainer mapped the ring (True) or the session ended (False)."""
+        self._encoder.ring_active = accepted and self._encoder.ring is not None
 
     # -- commands, episodes, hold ------------------------------------------------------------------
     def _apply_command(self, command: pb.Command) -> None:

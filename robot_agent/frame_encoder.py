@@ -1,14 +1,32 @@
 """Camera frames to wire frames: each camera encoded on its own thread (JPEG or raw, per the link
-config), stamped with the time the camera captured it."""
+config), stamped with the time the camera captured it. Raw frames to a trainer on this host go into
+the frame ring (shared memory) instead, once the trainer has accepted it."""
 
 from __future__ import annotations
 
+import ipaddress
+import logging
 from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 
 from protos import link_codec
 from protos import robot_link_pb2 as pb
+from protos.env_spec import EnvSpec
+from protos.frame_ring import FrameRingError, FrameRingWriter
+
+log = logging.getLogger(__name__)
+
+
+def is_loopback(server: str) -> bool:
+    """Whether ``host:port`` names this host (a loopback address or ``localhost``)."""
+    host = server.rsplit(":", 1)[0].strip("[]")
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
 
 
 class FrameEncoder:
@@ -17,16 +35,51 @@ class FrameEncoder:
     def __init__(self, cameras: int, codec: str, jpeg_quality: int) -> None:
         self.codec, self.jpeg_quality = codec, jpeg_quality
         self.pool = ThreadPoolExecutor(max(1, cameras), thread_name_prefix="jpeg")
+        self.ring: FrameRingWriter | None = None
+        self.ring_active = False  # set by the link while a trainer that accepted the ring is connected
+        self._ring_cameras: list[str] = []
 
-    def encode(self, images: dict[str, np.ndarray], capture_ns: dict[str, int]) -> list[pb.Frame]:
-        futures = [
-            self.pool.submit(link_codec.encode_frame, name, image, self.codec, self.jpeg_quality)
-            for name, image in images.items()
-        ]
-        frames = [future.result() for future in futures]
+    def offer_ring(self, spec: EnvSpec, server: str, slots: int) -> None:
+        """Make a frame ring when raw frames go to a trainer on this host (else frames stay in-band)."""
+        if self.codec != "raw" or slots == 0 or not spec.cameras or not is_loopback(server):
+            return
+        try:
+            self.ring = FrameRingWriter([c.shape for c in spec.cameras], slots)
+        except (OSError, FrameRingError) as exc:
+            log.warning("no frame ring (%s): raw frames go in-band", exc)
+            return
+        self._ring_cameras = list(spec.camera_names)
+
+    def ring_proto(self) -> pb.FrameRing | None:
+        if self.ring is None:
+            return None
+        return pb.FrameRing(path=str(self.ring.path), slots=self.ring.slots, slot_bytes=self.ring.slot_bytes)
+
+    def encode(
+        self, images: dict[str, np.ndarray], capture_ns: dict[str, int], seq: int = 0
+    ) -> list[pb.Frame]:
+        if self.ring is not None and self.ring_active:
+            frames = self._into_ring(images, seq)
+        else:
+            futures = [
+                self.pool.submit(link_codec.encode_frame, name, image, self.codec, self.jpeg_quality)
+                for name, image in images.items()
+            ]
+            frames = [future.result() for future in futures]
         for frame in frames:
             frame.capture_mono_ns = capture_ns.get(frame.camera, 0)
         return frames
 
+    def _into_ring(self, images: dict[str, np.ndarray], seq: int) -> list[pb.Frame]:
+        assert self.ring is not None
+        slot, offsets = self.ring.write(seq, [images[name] for name in self._ring_cameras])
+        return [
+            pb.Frame(camera=name, codec=pb.CODEC_RING, height=images[name].shape[0],
+                     width=images[name].shape[1], ring_slot=slot, ring_offset=offset)
+            for name, offset in zip(self._ring_cameras, offsets)
+        ]  # fmt: skip
+
     def close(self) -> None:
         self.pool.shutdown(wait=False)
+        if self.ring is not None:
+            self.ring.close()

@@ -184,6 +184,7 @@ class LinkClient:
                 )
             self.sessions += 1
             self._welcomed = True
+            self.control.use_frame_ring(first.welcome.frame_ring_accepted)
             self.resume_token = first.welcome.resume_token
             log.info(
                 "connected to %s as %s (session %s)",
@@ -191,6 +192,10 @@ class LinkClient:
                 self.robot_id,
                 first.welcome.session_id,
             )
+            offered = self.control.frame_ring_offer()
+            if offered is not None:
+                log.info("raw frames %s", "by shared memory (the trainer is on this host)"
+                         if first.welcome.frame_ring_accepted else "in-band: the trainer did not map the frame ring")  # fmt: skip
             self._outbox = outbox = asyncio.Queue()
             with self._count_lock:
                 self._pending_observations = 0
@@ -208,6 +213,7 @@ class LinkClient:
                         raise task.exception()  # type: ignore[misc]
             finally:
                 self.control.link_down()
+                self.control.use_frame_ring(False)
                 for task in (*tasks, upload):
                     task.cancel()
                 call.cancel()
@@ -234,6 +240,7 @@ class LinkClient:
             ),
             unacked_episode_ids=pending,
             resume_token=self.resume_token,
+            frame_ring=self.control.frame_ring_offer(),
         )
 
     async def _write(self, call, outbox: asyncio.Queue) -> None:

@@ -16,6 +16,9 @@ import struct
 from collections.abc import Iterator
 from pathlib import Path
 
+import numpy as np
+
+from protos import link_codec
 from protos import robot_link_pb2 as pb
 from protos.atomic_files import write_atomic
 
@@ -49,6 +52,25 @@ class EpisodeSpool:
         data = observation.SerializeToString()
         handle.write(_LENGTH.pack(len(data)) + data)
         handle.flush()  # a killed process loses nothing that reached here
+        self._counts[episode_id] += 1
+
+    def append_with_pixels(
+        self, episode_id: str, observation: pb.Observation, images: dict[str, np.ndarray]
+    ) -> None:
+        """Append ``observation`` with each frame's pixels written straight from ``images`` (raw).
+
+        The record is the same ``Observation`` that :meth:`append` writes with raw frames in it, put
+        together from its parts (:func:`protos.link_codec.observation_parts`): no copy of the pixels
+        into a message, and the GIL is let go while the file takes them. For frames that went by the
+        frame ring, whose message has no pixels.
+        """
+        handle = self._open[episode_id]
+        pixels = {name: memoryview(np.ascontiguousarray(image)).cast("B") for name, image in images.items()}
+        parts = link_codec.observation_parts(observation, pixels)
+        handle.write(_LENGTH.pack(sum(len(part) for part in parts)))
+        for part in parts:
+            handle.write(part)
+        handle.flush()
         self._counts[episode_id] += 1
 
     def finish(self, episode_id: str, end: pb.EpisodeEvent) -> None:

@@ -25,8 +25,12 @@ from trainer.server.link_server import LinkServer, LinkServerConfig, LinkServerT
 TWIN = {"task": "reach", "control_hz": 20.0, "cameras": ["front", "wrist"], "image_size": 64}
 
 
-def start_server(auth: ServerAuthConfig | None = None, port: int = 0) -> LinkServerThread:
-    config = LinkServerConfig(host="127.0.0.1", port=port, auth=auth or ServerAuthConfig(insecure=True))
+def start_server(
+    auth: ServerAuthConfig | None = None, port: int = 0, frame_ring: bool = True
+) -> LinkServerThread:
+    config = LinkServerConfig(
+        host="127.0.0.1", port=port, auth=auth or ServerAuthConfig(insecure=True), frame_ring=frame_ring
+    )
     return LinkServerThread(LinkServer(config)).start()
 
 

@@ -79,3 +79,31 @@ def test_a_step_observed_again_keeps_its_newest_record(tmp_path):
         (1, b"new"),
         (2, b"b"),
     ]
+
+
+def test_pixels_written_straight_from_the_camera_make_the_same_record_as_a_raw_frame(tmp_path):
+    import numpy as np
+
+    rng = np.random.default_rng(0)
+    images = {
+        "front": rng.integers(0, 256, (48, 64, 3), np.uint8),
+        "wrist": rng.integers(0, 256, (8, 8, 3), np.uint8),
+    }
+    sent = pb.Observation(  # what went to a same-host trainer: ring references, no pixels
+        seq=7, episode_id="ep-1", step=2, state=[1.5, -2.0], instruction="lift",
+        transition=pb.Transition(executed_action=[0.1] * 7, reward=0.5),
+        frames=[pb.Frame(camera=name, codec=pb.CODEC_RING, height=im.shape[0], width=im.shape[1], ring_slot=3,
+                         ring_offset=99, capture_mono_ns=42) for name, im in images.items()],
+    )  # fmt: skip
+    expected = pb.Observation()
+    expected.CopyFrom(sent)
+    for frame in expected.frames:  # the same observation with raw frames, built the slow way
+        frame.codec, frame.data = pb.CODEC_RAW_RGB8, images[frame.camera].tobytes()
+        frame.ClearField("ring_slot")
+        frame.ClearField("ring_offset")
+    spool = EpisodeSpool(tmp_path)
+    spool.begin("ep-1")
+    spool.append_with_pixels("ep-1", sent, images)
+    spool.finish("ep-1", end(0))
+    (stored,) = list(spool.observations("ep-1"))
+    assert stored == expected

@@ -25,7 +25,7 @@ from grpc_health.v1 import health_pb2, health_pb2_grpc
 from grpc_health.v1.health import aio as health_aio
 from grpc_reflection.v1alpha import reflection
 
-from protos import link_codec
+from protos import frame_ring, link_codec
 from protos import robot_link_pb2 as pb
 from protos import robot_link_pb2_grpc as pb_grpc
 from trainer.server import admission
@@ -53,6 +53,7 @@ class LinkServerConfig:
     max_session_bytes: int = 4 << 30  # refuse robots whose spec could make their session hold more
     reflection: bool = False  # gRPC server reflection (lists the services; asks for the token)
     health_requires_token: bool = False  # False: load balancers and probes may ask without one
+    frame_ring: bool = True  # map the raw-frame ring of an agent on this host (protos/frame_ring.py)
 
 
 SessionHook = Callable[[RobotSession], Awaitable[None] | None]
@@ -149,6 +150,25 @@ class LinkServer:
         return session
 
     # -- session bookkeeping (called by the servicer) ----------------------------------------------
+    def map_frame_ring(self, session: RobotSession, register: pb.Register, peer: str) -> bool:
+        """Map the agent's frame ring when it offers one from this host and its layout fits the spec."""
+        if not register.HasField("frame_ring") or not self.config.frame_ring:
+            return False
+        offer = register.frame_ring
+        expected = frame_ring.slot_bytes_for([c.shape for c in session.spec.cameras])
+        if not frame_ring.peer_is_local(peer) or offer.slot_bytes != expected:
+            log.info("robot %s: frame ring not mapped (%s)", session.robot_id,
+                     "the agent is on another host" if not frame_ring.peer_is_local(peer)
+                     else f"{offer.slot_bytes}-byte slots, the spec's frames need {expected}")  # fmt: skip
+            return False
+        try:
+            session.frame_ring = frame_ring.FrameRingReader(offer.path, offer.slots, offer.slot_bytes)
+        except frame_ring.FrameRingError as exc:
+            log.info("robot %s: frame ring not mapped: %s", session.robot_id, exc)
+            return False
+        log.info("robot %s: raw frames by shared memory (%d slots)", session.robot_id, offer.slots)
+        return True
+
     def admit(
         self, register: pb.Register, spec, token: str | None, certificate_names: list[str], peer: str
     ) -> admission.Refusal | None:
@@ -224,6 +244,7 @@ class _Servicer(pb_grpc.RobotLinkServicer):
         if refusal is not None:
             await self._refuse(context, refusal.code, refusal.message)
         session = await server._open(register, spec)
+        ring_accepted = server.map_frame_ring(session, register, context.peer())
         log.info("robot %s (%s) registered: %s", register.robot_id, register.robot_kind, spec.name)
         reader = asyncio.create_task(self._read(request_iterator, session))
         try:
@@ -233,6 +254,7 @@ class _Servicer(pb_grpc.RobotLinkServicer):
                     protocol_version=link_codec.PROTOCOL_VERSION,
                     trainer_version=link_codec.AGENT_VERSION,
                     resume_token=session.resume_token,
+                    frame_ring_accepted=ring_accepted,
                 )
             )
             while True:
@@ -317,7 +339,13 @@ class _Servicer(pb_grpc.RobotLinkServicer):
     ) -> Any:
         body = message.WhichOneof("body")
         if body == "observation":
-            observation = message.observation
+            observation = frame_ring.materialize(message.observation, session.frame_ring)
+            if observation is None:
+                session.stats.ring_overruns += 1  # the trainer fell a ring behind: this tick is lost
+                if session.stats.ring_overruns in (1, 10, 100, 1000):
+                    log.warning("robot %s: %d observations lost to frame-ring overruns (the trainer is "
+                                "behind; raise link.frame_ring_slots)", session.robot_id, session.stats.ring_overruns)  # fmt: skip
+                return None
             link_codec.check_observation(observation, session.spec)
             if session.latest is not None and observation.seq <= session.latest.seq:
                 raise link_codec.LinkCodecError(

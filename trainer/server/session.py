@@ -16,6 +16,7 @@ import numpy as np
 from protos import link_codec
 from protos import robot_link_pb2 as pb
 from protos.env_spec import EnvSpec
+from protos.frame_ring import FrameRingReader
 from trainer.server.admission import RECENT_OBSERVATIONS
 
 log = logging.getLogger(__name__)
@@ -43,6 +44,7 @@ class SessionStats:
     safety_events: Counter = field(default_factory=Counter)  # e.g. "clipped:workspace" -> count
     policy_version: int = 0  # of the chunk behind the newest executed policy action (agent's echo)
     clock_offset_s: float = 0.0  # trainer wall clock minus the agent's, at the first observation
+    ring_overruns: int = 0  # observations lost because the agent reused their frame-ring slot
 
     def rate_hz(self) -> float:
         if len(self.arrival_s) < 2:
@@ -79,6 +81,7 @@ class RobotSession:
         # (obs_seq, chunk) of the newest answers, to record what the policy said on ticks a human drove.
         self._answers: deque[tuple[int, np.ndarray]] = deque(maxlen=64)
         self._listeners = listeners  # the server's list: a listener added later hears this robot too
+        self.frame_ring: FrameRingReader | None = None  # an agent on this host: raw frames by shm
 
     # -- incoming ------------------------------------------------------------------------------------
     async def on_observation(self, obs: pb.Observation) -> None:
@@ -152,6 +155,9 @@ class RobotSession:
     async def close(self) -> None:
         """End the session and free what it buffered (the newest observation stays, for inspection)."""
         self.state = "disconnected"
+        if self.frame_ring is not None:
+            self.frame_ring.close()
+            self.frame_ring = None
         self.recent.clear()
         self._answers.clear()
         self._received_at.clear()

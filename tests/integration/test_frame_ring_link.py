@@ -1,0 +1,55 @@
+"""Raw frames from an agent on the trainer's host go by shared memory, arrive bit-exact, and are
+spooled and recorded as ordinary raw frames; a trainer that does not map the ring gets them in-band."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from protos import link_codec
+from protos import robot_link_pb2 as pb
+from tests.integration.link_harness import constant_policy, start_agent, start_server, wait_until
+from trainer.server.episode_runner import run_episode
+
+pytestmark = pytest.mark.slow
+
+
+def written_frames(agent) -> dict[int, dict[str, np.ndarray]]:
+    """Record what the agent puts in its ring, by observation seq."""
+    ring = agent.agent.control._encoder.ring
+    cameras, write, frames = agent.agent.control._encoder._ring_cameras, ring.write, {}
+
+    def recording_write(seq, images):
+        frames[seq] = {name: np.array(image) for name, image in zip(cameras, images)}
+        return write(seq, images)
+
+    ring.write = recording_write
+    return frames
+
+
+@pytest.mark.parametrize("trainer_maps_the_ring", [True, False])
+def test_raw_frames_to_a_same_host_trainer_go_by_shared_memory_bit_exact(tmp_path, trainer_maps_the_ring):
+    server = start_server(frame_ring=trainer_maps_the_ring)
+    agent = start_agent(server.server.port, tmp_path / "spool", codec="raw")
+    sent = written_frames(agent)
+    try:
+        session = server.call(server.server.wait_for_robot(timeout=30))
+        end = server.call(run_episode(session, constant_policy([0.2, 0, 0, 0, 0, 0, 1])), timeout=60)
+        assert end.kind == pb.EpisodeEvent.ENDED
+        wait_until(lambda: len(server.server.sink.episodes) == 1, what="the stored episode")
+        assert agent.agent.control._encoder.ring_active is trainer_maps_the_ring
+        assert (session.frame_ring is not None) is trainer_maps_the_ring or session.state == "disconnected"
+        episode = server.server.sink.episodes[0]
+        assert len(episode.observations) == session.spec.max_episode_steps + 1
+        for obs in episode.observations:
+            assert all(f.codec == pb.CODEC_RAW_RGB8 for f in obs.frames)  # recorded as ordinary raw frames
+            images = link_codec.decode_images(obs.frames, session.spec)
+            if trainer_maps_the_ring:
+                for name, image in images.items():
+                    np.testing.assert_array_equal(image, sent[obs.seq][name])
+            else:
+                assert not sent  # nothing went through the ring
+        assert session.stats.ring_overruns == 0
+    finally:
+        agent.stop()
+        server.stop()
