@@ -132,8 +132,11 @@ def summarize(samples_ms) -> dict[str, float]:
     }
 
 
-async def serve_episodes(server: LinkServer, stop: asyncio.Event) -> None:
-    """The trainer side: run episodes back to back, decoding each observation's frames before answering."""
+async def serve_episodes(server: LinkServer, stop: asyncio.Event, decode: str = "copy") -> None:
+    """The trainer side: run episodes back to back, decoding each observation's frames before answering.
+
+    ``decode="copy"``: into reused buffers on a 2-thread pool (what a policy server does with JPEG);
+    ``"view"``: arrays over the received bytes, no copy (what openpi's msgpack server gets)."""
     session = await server.wait_for_robot(timeout=60)
     loop = asyncio.get_running_loop()
     pool = ThreadPoolExecutor(2, thread_name_prefix="decode")
@@ -151,19 +154,22 @@ async def serve_episodes(server: LinkServer, stop: asyncio.Event) -> None:
                     break  # the episode ended: start the next one
                 continue
             episode_id = obs.episode_id
-            await asyncio.gather(
-                *(
-                    loop.run_in_executor(
-                        pool, link_codec.decode_frame, f, session.spec.camera(f.camera), buffers[f.camera]
+            if decode == "view":
+                link_codec.decode_images(obs.frames, session.spec)
+            else:
+                await asyncio.gather(
+                    *(
+                        loop.run_in_executor(
+                            pool, link_codec.decode_frame, f, session.spec.camera(f.camera), buffers[f.camera]
+                        )
+                        for f in obs.frames
                     )
-                    for f in obs.frames
                 )
-            )
             session.send_actions(chunk, obs.seq)
     pool.shutdown()
 
 
-def serve_forever(port_file: Path, stats_file: Path) -> None:
+def serve_forever(port_file: Path, stats_file: Path, decode: str = "copy") -> None:
     """The trainer process: serve episodes until SIGTERM, then write its reply-time samples."""
     server = LinkServer(LinkServerConfig(host="127.0.0.1", port=0))
 
@@ -172,7 +178,7 @@ def serve_forever(port_file: Path, stats_file: Path) -> None:
         loop = asyncio.get_running_loop()
         loop.add_signal_handler(signal.SIGTERM, stop.set)
         port_file.write_text(str(await server.start()))
-        task = asyncio.create_task(serve_episodes(server, stop))
+        task = asyncio.create_task(serve_episodes(server, stop, decode))
         await stop.wait()
         task.cancel()
         samples = [list(s.stats.reply_ms_all) for s in server.sessions.values()]
@@ -182,12 +188,17 @@ def serve_forever(port_file: Path, stats_file: Path) -> None:
     asyncio.run(main())
 
 
-def run_link(frames, control_hz: float, duration_s: float, episode_steps: int, codec: str = "jpeg") -> dict:
-    """The agent in this process, the trainer in another (as on two machines, no shared GIL)."""
+def run_link(
+    frames, control_hz: float, duration_s: float, episode_steps: int, codec: str = "jpeg",
+    frame_ring_slots: int = 16, decode: str = "copy",
+) -> dict:  # fmt: skip
+    """The agent in this process, the trainer in another (as on two machines, no shared GIL).
+    ``frame_ring_slots=0`` keeps raw frames in-band even on loopback (as to another host)."""
     with tempfile.TemporaryDirectory() as tmp:
         port_file, stats_file = Path(tmp) / "port", Path(tmp) / "stats.json"
         trainer = subprocess.Popen(
-            [sys.executable, __file__, "--serve", str(port_file), str(stats_file)], stderr=subprocess.DEVNULL
+            [sys.executable, __file__, "--serve", str(port_file), str(stats_file), decode],
+            stderr=subprocess.DEVNULL,
         )
         deadline = time.monotonic() + 60
         while not (port_file.exists() and port_file.read_text()) and time.monotonic() < deadline:
@@ -197,7 +208,11 @@ def run_link(frames, control_hz: float, duration_s: float, episode_steps: int, c
             spool_dir=str(Path(tmp) / "spool"),
             action_wait_fraction=0.9,
             link=LinkConfig(
-                server=f"127.0.0.1:{port_file.read_text()}", insecure=True, codec=codec, jpeg_quality=90
+                server=f"127.0.0.1:{port_file.read_text()}",
+                insecure=True,
+                codec=codec,
+                jpeg_quality=90,
+                frame_ring_slots=frame_ring_slots,
             ),
         )
         agent = AgentThread(Agent(StaticFramesDriver(frames, control_hz, episode_steps), config)).start()
@@ -259,11 +274,11 @@ def main() -> None:
     )
     parser.add_argument("--out", type=Path, default=Path(__file__).parent / "results" / "link_latency.json")
     parser.add_argument(
-        "--serve", nargs=2, type=Path, metavar=("PORT_FILE", "STATS_FILE"), help=argparse.SUPPRESS
+        "--serve", nargs=3, metavar=("PORT_FILE", "STATS_FILE", "DECODE"), help=argparse.SUPPRESS
     )
     args = parser.parse_args()
     if args.serve:
-        serve_forever(*args.serve)
+        serve_forever(Path(args.serve[0]), Path(args.serve[1]), args.serve[2])
         return
 
     frames = render_scene_frames(args.sensor_noise)

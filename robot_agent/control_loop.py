@@ -109,6 +109,7 @@ class ControlLoop:
         self._thread: threading.Thread | None = None
         self._driver_error: str | None = None
         self._advice: np.ndarray | None = None  # an expert's label for this tick while the policy drives
+        self._unspooled: tuple[str, pb.Observation, dict] | None = None  # sent by the ring, not yet spooled
         self.intake = ChunkIntake(
             self.safety, config.safety, self.queue, self.ledger, self.stats, self._send_error
         )
@@ -207,6 +208,12 @@ class ControlLoop:
 
     # -- one tick ----------------------------------------------------------------------------------
     def _tick(self, tick_start: float) -> None:
+        try:
+            self._run_tick(tick_start)
+        finally:
+            self._spool_sent_frames()
+
+    def _run_tick(self, tick_start: float) -> None:
         self._hold_if_unsafe()  # before observing, which may take a while (cameras)
         while self._commands:
             self._apply_command(self._commands.popleft())
@@ -350,11 +357,18 @@ class ControlLoop:
         self.ledger.sent(seq, mono)
         self._send(pb.AgentMessage(observation=msg))
         if episode is not None and by_ring:
-            # A same-host trainer has the pixels already (shared memory); the spool's copy carries them
-            # in-band, written while the trainer works, off the round trip (a crash between the two
-            # loses one step of an episode that the crash aborts anyway).
-            self.spool.append_with_pixels(episode.episode_id, msg, reading.images)
+            # A same-host trainer has the pixels already (shared memory); the spool's copy, with the
+            # pixels in it, is written at the end of this tick, while this thread would wait anyway and
+            # off the round trip (a crash in between loses one step of an episode it aborts anyway).
+            self._unspooled = (episode.episode_id, msg, reading.images)
         return msg
+
+    def _spool_sent_frames(self) -> None:
+        """Write the observation whose frames went by the ring (before the next observation, or the end)."""
+        if self._unspooled is not None:
+            episode_id, msg, images = self._unspooled
+            self._unspooled = None
+            self.spool.append_with_pixels(episode_id, msg, images)
 
     # -- the frame ring (raw frames to a trainer on this host) -------------------------------------
     def frame_ring_offer(self) -> pb.FrameRing | None:
@@ -428,6 +442,7 @@ class ControlLoop:
             success=episode.success and kind != pb.EpisodeEvent.ABORTED,  # a fault is never a success
             reason=reason,
         )
+        self._spool_sent_frames()
         self.spool.finish(episode.episode_id, end)
         if kind == pb.EpisodeEvent.ABORTED:
             self.stats.episodes_aborted += 1

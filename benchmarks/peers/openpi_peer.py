@@ -4,7 +4,7 @@ every packed observation with a packed action dict). Run inside the peer's own v
 ``benchmarks/link_compare.py``; prints one JSON line of lockstep round-trip samples in ms.
 
     python openpi_peer.py serve PORT_FILE
-    python openpi_peer.py client PORT N WARMUP
+    python openpi_peer.py client PORT N WARMUP [HZ]    # HZ > 0: one request per tick, as a robot sends
 """
 
 from __future__ import annotations
@@ -38,7 +38,7 @@ def serve(port_file: str) -> None:
         server.serve_forever()
 
 
-def client(port: int, n: int, warmup: int) -> None:
+def client(port: int, n: int, warmup: int, hz: float = 0.0) -> None:
     import numpy as np
     from openpi_client.websocket_client_policy import WebsocketClientPolicy
 
@@ -50,8 +50,11 @@ def client(port: int, n: int, warmup: int) -> None:
         "prompt": "pick up the cube",
     }
     policy = WebsocketClientPolicy("127.0.0.1", port)
-    samples = []
+    samples, tick = [], time.perf_counter()
     for i in range(n + warmup):
+        if hz > 0:
+            tick += 1.0 / hz
+            time.sleep(max(0.0, tick - time.perf_counter()))
         start = time.perf_counter()
         result = policy.infer(obs)
         if i >= warmup:
@@ -64,4 +67,9 @@ if __name__ == "__main__":
     if sys.argv[1] == "serve":
         serve(sys.argv[2])
     else:
-        client(int(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4]))
+        client(
+            int(sys.argv[2]),
+            int(sys.argv[3]),
+            int(sys.argv[4]),
+            float(sys.argv[5]) if len(sys.argv) > 5 else 0.0,
+        )

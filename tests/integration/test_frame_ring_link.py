@@ -53,3 +53,37 @@ def test_raw_frames_to_a_same_host_trainer_go_by_shared_memory_bit_exact(tmp_pat
     finally:
         agent.stop()
         server.stop()
+
+
+def test_frames_sent_by_the_ring_are_in_the_spool_with_their_pixels(tmp_path):
+
+    server = start_server()
+    agent = start_agent(server.server.port, tmp_path / "spool", codec="raw")
+    sent = written_frames(agent)
+    try:
+        session = server.call(server.server.wait_for_robot(timeout=30))
+
+        async def a_few_steps():
+            from trainer.server.episode_runner import LiveEpisode
+
+            episode = LiveEpisode(session, 10.0)
+            await episode.start(0)
+            for _ in range(5):
+                await episode.play(np.array([[0.2, 0, 0, 0, 0, 0, 1]], np.float32))
+            return episode.episode_id
+
+        episode_id = server.call(a_few_steps(), timeout=60)
+        server.stop(grace=None)  # the trainer dies mid-episode: nothing is acknowledged
+        wait_until(lambda: episode_id in agent.agent.spool.pending(), what="the aborted episode in the spool")
+        spooled = list(agent.agent.spool.observations(episode_id))
+        by_ring = [
+            obs for obs in spooled if obs.seq in sent
+        ]  # (the step observed as the link fell is in-band)
+        assert len(by_ring) >= 6
+        for obs in spooled:
+            assert all(f.codec == pb.CODEC_RAW_RGB8 for f in obs.frames)
+        for obs in by_ring:
+            for name, image in link_codec.decode_images(obs.frames, session.spec).items():
+                np.testing.assert_array_equal(image, sent[obs.seq][name])
+    finally:
+        agent.stop()

@@ -1,0 +1,172 @@
+"""Our robot link against openpi's, on the same payload, in one run: loopback and shaped links.
+
+Payload: two 640x480 RGB frames and a float32[16] state up, a float32[50, 7] action chunk down. Each
+side's server makes arrays of the frames (no copy where it can) and answers at once.
+
+* **openpi**: ``openpi_client.WebsocketClientPolicy`` (pinned, installed by this script in its own
+  venv under ``runs/bench_venvs/openpi``) against a server speaking its protocol
+  (``benchmarks/peers/openpi_peer.py``): lockstep (back to back) and paced at 30 Hz.
+* **ours**: the real agent (control loop at 30 Hz, safety, spool) and the real link server
+  (``benchmarks/link_latency.py``'s ``run_link``): raw frames by the same-host frame ring, raw
+  frames in-band (as to another host), and JPEG q90.
+
+Links: loopback, and loopback shaped with ``tc tbf`` inside a network namespace (``ip netns``,
+needs root; this kernel has no netem) at 10 Gb/s, 1 Gb/s and 100 Mb/s. On a shaped link, which
+stands for another host, our raw frames go in-band (no ring). Figures: round trip p50/p99 and, at
+30 Hz, ticks whose answer came later than the period.
+
+    sudo python benchmarks/link_compare.py [--requests 300] [--links loopback,10gbit,1gbit,100mbit]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+
+ROOT = Path(__file__).resolve().parents[1]
+RESULTS = Path(__file__).resolve().parent / "results"
+PEER_VENVS = ROOT / "runs" / "bench_venvs"
+OPENPI_PINS = ["openpi-client==0.1.2", "websockets==17.4", "msgpack==1.2.4", "numpy==1.26.4",
+               "typing_extensions==4.16.0"]  # fmt: skip
+NAMESPACE = "rlinf-link-bench"
+RATES = {"10gbit": ("10gbit", "16mb"), "1gbit": ("1gbit", "4mb"), "100mbit": ("100mbit", "1mb")}
+PERIOD_MS = 1000 / 30
+
+
+def summary(samples: list[float]) -> dict[str, float]:
+    data = np.asarray(samples)
+    return {"p50_ms": float(np.percentile(data, 50)), "p99_ms": float(np.percentile(data, 99)),
+            "late_over_33ms": int((data > PERIOD_MS).sum()), "n": len(data)}  # fmt: skip
+
+
+# -- peers ------------------------------------------------------------------------------------------
+def peer_python(name: str, pins: list[str]) -> Path:
+    """The peer's own venv (built once, pinned), so its dependencies never meet ours."""
+    venv = PEER_VENVS / name
+    python = venv / "bin" / "python"
+    stamp = venv / "pins.txt"
+    if python.exists() and stamp.exists() and stamp.read_text() == "\n".join(pins):
+        return python
+    print(f"[link_compare] installing {name} ({', '.join(pins)}) in {venv}", flush=True)
+    shutil.rmtree(venv, ignore_errors=True)
+    subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True)
+    subprocess.run([str(python), "-m", "pip", "install", "-q", *pins], check=True)
+    stamp.write_text("\n".join(pins))
+    return python
+
+
+def run_openpi(prefix: list[str], python: Path, requests: int, hz: float) -> list[float]:
+    script = str(Path(__file__).parent / "peers" / "openpi_peer.py")
+    with tempfile.TemporaryDirectory() as tmp:
+        port_file = Path(tmp) / "port"
+        server = subprocess.Popen(
+            [*prefix, str(python), script, "serve", str(port_file)], stderr=subprocess.DEVNULL
+        )
+        try:
+            deadline = time.monotonic() + 30
+            while not (port_file.exists() and port_file.read_text()) and time.monotonic() < deadline:
+                time.sleep(0.05)
+            out = subprocess.run(
+                [*prefix, str(python), script, "client", port_file.read_text(), str(requests), "20", str(hz)],
+                check=True, capture_output=True, text=True, timeout=600,
+            )  # fmt: skip
+        finally:
+            server.kill()
+            server.wait()
+    return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+def run_ours(prefix: list[str], codec: str, ring_slots: int, duration_s: float) -> dict:
+    out = subprocess.run(
+        [*prefix, sys.executable, __file__, "--ours", codec, str(ring_slots), str(duration_s)],
+        check=True, capture_output=True, text=True, timeout=600, cwd=ROOT,
+    )  # fmt: skip
+    return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+def ours_in_this_process(codec: str, ring_slots: int, duration_s: float) -> None:
+    sys.path.insert(0, str(Path(__file__).parent))
+    import link_latency
+
+    frames = link_latency.render_scene_frames(6.0)
+    result = link_latency.run_link(frames, 30.0, duration_s, 300, codec, ring_slots, decode="view")
+    print(json.dumps({**result["round_trip"], "late_over_33ms": result["late_over_33ms"],
+                      "missed_ticks": result["missed_ticks"], "dropped": result["dropped_observations"]}))  # fmt: skip
+
+
+# -- links ------------------------------------------------------------------------------------------
+def shaped_link(rate: str) -> tuple[list[str], str]:
+    """A network namespace whose loopback is shaped to ``rate``: (command prefix, '' or why not)."""
+    if os.geteuid() != 0 or shutil.which("ip") is None or shutil.which("tc") is None:
+        return [], "needs root with ip and tc"
+    subprocess.run(["ip", "netns", "del", NAMESPACE], capture_output=True)
+    steps = [
+        ["ip", "netns", "add", NAMESPACE],
+        ["ip", "netns", "exec", NAMESPACE, "ip", "link", "set", "lo", "up"],
+        ["ip", "netns", "exec", NAMESPACE, "tc", "qdisc", "add", "dev", "lo", "root", "tbf",
+         "rate", RATES[rate][0], "burst", RATES[rate][1], "latency", "100ms"],
+    ]  # fmt: skip
+    for step in steps:
+        done = subprocess.run(step, capture_output=True, text=True)
+        if done.returncode != 0:
+            return [], f"{' '.join(step[:4])}: {done.stderr.strip()}"
+    return ["ip", "netns", "exec", NAMESPACE], ""
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--requests", type=int, default=300, help="lockstep requests per peer and link")
+    parser.add_argument("--links", default="loopback,10gbit,1gbit,100mbit")
+    parser.add_argument("--out", type=Path, default=RESULTS / "link_compare.json")
+    parser.add_argument("--ours", nargs=3, help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.ours:
+        ours_in_this_process(args.ours[0], int(args.ours[1]), float(args.ours[2]))
+        return
+    openpi = peer_python("openpi", OPENPI_PINS)
+    duration = args.requests / 30.0
+    results: dict = {"payload": "2 x 640x480 RGB + float32[16] up, float32[50,7] down", "links": {}}
+    for link in args.links.split(","):
+        prefix, why_not = ([], "") if link == "loopback" else shaped_link(link)
+        if why_not:
+            print(f"{link}: skipped ({why_not})")
+            results["links"][link] = {"skipped": why_not}
+            continue
+        row = {
+            "openpi_lockstep": summary(run_openpi(prefix, openpi, args.requests, 0.0)),
+            "openpi_30hz": summary(run_openpi(prefix, openpi, args.requests, 30.0)),
+            "ours_raw_in_band_30hz": run_ours(prefix, "raw", 0, duration),
+            "ours_jpeg_30hz": run_ours(prefix, "jpeg", 0, duration),
+        }
+        if link == "loopback":
+            row["ours_raw_ring_30hz"] = run_ours(prefix, "raw", 16, duration)
+        if prefix:
+            subprocess.run(["ip", "netns", "del", NAMESPACE], capture_output=True)
+        results["links"][link] = row
+        for name, figures in row.items():
+            print(f"{link:9s} {name:22s} p50 {figures['p50_ms']:7.2f} ms  p99 {figures['p99_ms']:7.2f} ms  "
+                  f"late {figures['late_over_33ms']}", flush=True)  # fmt: skip
+    loop = results["links"].get("loopback", {})
+    if "ours_raw_ring_30hz" in loop:
+        best_raw = min(loop["ours_raw_ring_30hz"]["p50_ms"], loop["ours_raw_in_band_30hz"]["p50_ms"])
+        results["loopback_raw_vs_openpi"] = best_raw / loop["openpi_30hz"]["p50_ms"]
+        print(f"loopback: our raw p50 / openpi's (both at 30 Hz) = {results['loopback_raw_vs_openpi']:.2f} "
+              "(target <= 0.8)")  # fmt: skip
+    results["machine"] = {"cpus": os.cpu_count(), "python": platform.python_version()}
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    args.out.write_text(json.dumps(results, indent=2))
+    print(f"written to {args.out}")
+
+
+if __name__ == "__main__":
+    main()
