@@ -40,7 +40,7 @@ from robot_agent.teleop_session import TeleopSession
 from trainer.algorithms.bc import Regression
 from trainer.algorithms.demonstrations import Demonstrations, load_demonstrations
 from trainer.server.config import load_serve_config
-from trainer.server.serve import dagger
+from trainer.server.dagger import dagger
 
 RESULTS = Path(__file__).with_name("results")
 POLICY = {"hidden_sizes": [256, 256], "value_head": False, "activation": "relu"}

@@ -138,7 +138,7 @@ def train_with_twins(
     work: Path, minutes: float, seed: int, gap: dict, twins: int, overrides: list[str], **train
 ) -> Path:
     from trainer.checkpoint import POLICY_DIR, latest_checkpoint
-    from trainer.server.serve import train as serve_train
+    from trainer.server.train_mode import train as serve_train
 
     training = [f"run.max_wall_minutes={minutes}", "run.total_env_steps=100000000", "run.eval_every=0",
                 f"run.seed={seed}", f"run.output_dir={work / 'run'}", *overrides]  # fmt: skip

@@ -18,7 +18,7 @@ from robot_agent.teleop import make_teleop
 from tests.integration.link_harness import start_agent
 from trainer.configs.errors import ConfigError
 from trainer.server.config import load_serve_config
-from trainer.server.serve import dagger
+from trainer.server.dagger import dagger
 
 pytestmark = pytest.mark.slow
 TWIN = {"task": "reach", "max_episode_steps": 15, "cameras": ["front"], "image_size": 64, "control_hz": 10.0,

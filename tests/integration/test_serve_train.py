@@ -17,7 +17,7 @@ from tests.integration.test_serve import dataset
 from trainer.checkpoint import latest_checkpoint
 from trainer.configs.errors import ConfigError
 from trainer.server.config import load_serve_config
-from trainer.server.serve import train
+from trainer.server.train_mode import train
 
 pytestmark = pytest.mark.slow
 # 10 Hz: an 8-step episode lasts 0.8 s, so stopping an agent mid-episode is not a race on a busy machine.

@@ -25,7 +25,9 @@ import time
 from pathlib import Path
 
 from protos.lerobot_dataset import DatasetError
+from trainer.server.config import ServeConfig
 from trainer.server.episode_runner import EpisodeEnd, run_episode
+from trainer.server.link_hosting import HostedLink, wait_for_robots
 from trainer.server.session import RobotSession, RobotUnavailable
 
 log = logging.getLogger(__name__)
@@ -202,3 +204,14 @@ class DaggerLoop:
         path = self.output_dir / f"round_{round_index:03d}" / "policy"
         self.policy.save(path)  # atomic: a killed run never leaves half a policy
         return path
+
+
+def dagger(config: ServeConfig, on_started=None) -> list[dict]:
+    """``dagger`` mode: :class:`DaggerLoop` rounds on the robots connected to a hosted link."""
+    with HostedLink(config, mode=f"dagger, {config.dagger.rounds} rounds") as hosted:
+        link = hosted.server
+        if on_started is not None:
+            on_started(link)
+        loop = DaggerLoop(config, link, hosted.loop, link.sink)
+        wait_for_robots(link, config.dagger.min_robots, config.dagger.wait_timeout_s, "dagger.min_robots")
+        return loop.run()
