@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 from pathlib import Path
 from typing import Any
 
@@ -11,6 +12,9 @@ import sim_envs
 from policies import Policy
 from protos.atomic_files import write_atomic
 from protos.batch import stack_obs
+from sim_envs.adapters.gymnasium import AdapterError
+
+log = logging.getLogger(__name__)
 
 
 def evaluate_policy(
@@ -22,11 +26,15 @@ def evaluate_policy(
     video_path: Path | None = None,
 ) -> dict[str, float]:
     """Play ``episodes`` greedy episodes in one env; save the first one's front camera as a GIF."""
-    kwargs = dict(env_kwargs)
+    env = None
     if video_path is not None:
-        kwargs["render_mode"] = "rgb_array"
-        kwargs["render_size"] = 160
-    env = sim_envs.make(env_id, **kwargs)
+        try:
+            env = sim_envs.make(env_id, **env_kwargs, render_mode="rgb_array", render_size=160)
+        except AdapterError as exc:  # an outside env that takes no render_mode: evaluate without a video
+            log.warning("%s: no evaluation video (%s)", env_id, exc)
+            video_path = None
+    if env is None:
+        env = sim_envs.make(env_id, **env_kwargs)
     returns, successes, frames = [], [], []
     try:
         for episode in range(episodes):

@@ -202,10 +202,10 @@ class Runner:
             "seed": FINAL_EVAL_SEED,
             "iteration": progress.iteration,
             "env_steps": progress.env_steps,
-            "video": str(video) if video is not None else "",
+            "video": str(video) if video is not None and video.exists() else "",
         }
         write_atomic(self.run_dir / FINAL_EVAL_FILE, json.dumps(report, indent=2) + "\n")
-        shown = f"; video {video}" if video is not None else ""
+        shown = f"; video {report['video']}" if report["video"] else ""
         print(
             f"final evaluation: success {report['success_rate']:.2f}, return {report['return_mean']:.1f} "
             f"over {episodes} episodes{shown}"

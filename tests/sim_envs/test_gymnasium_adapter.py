@@ -59,6 +59,9 @@ def test_ppo_trains_on_an_outside_env_through_the_cli_config(tmp_path):
         np.mean([r["return_mean"] for r in rows[-3:]]),
     )
     assert last > first + 1.0, (first, last)
+    # The run's final evaluation works on an env that cannot render: figures, no video.
+    final = json.loads((tmp_path / "final_eval.json").read_text())
+    assert final["episodes"] == 10 and final["video"] == ""
 
 
 @pytest.mark.parametrize(
