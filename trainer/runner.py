@@ -13,10 +13,12 @@ from dataclasses import replace
 from datetime import datetime
 from pathlib import Path
 
+import numpy as np
 import torch
 
 import sim_envs
 from policies import make_policy
+from policies.world_model.env import WORLD_MODEL_ENV_ID
 from protos.atomic_files import write_atomic
 from trainer.algorithms.registry import algorithm_class
 from trainer.checkpoint import (
@@ -47,7 +49,7 @@ def iteration_seed(config: TrainConfig, iteration: int) -> int:
 
 
 def make_sim_envs(config: TrainConfig):
-    if config.env.id == "rlinf/WorldModel-v0":  # imagined envs: a torch model, not a simulator
+    if config.env.id == WORLD_MODEL_ENV_ID:  # imagined envs: a torch model, not a simulator
         from policies.world_model.env import WorldModelVectorEnv
 
         return WorldModelVectorEnv(num_envs=config.env.num_envs, **config.env.kwargs)
@@ -181,10 +183,26 @@ class Runner:
     def _evaluate(self, policy, progress: Progress) -> dict:
         cfg = self.config
         video = self.run_dir / "videos" / f"step_{progress.env_steps}.gif" if cfg.run.video else None
-        stats = evaluate_policy(
-            policy, cfg.env.id, dict(cfg.env.kwargs), cfg.run.eval_episodes, seed=10_000_000, video_path=video
-        )
+        stats = self._greedy_episodes(policy, cfg.run.eval_episodes, 10_000_000, video)
         return {f"eval/{k.removeprefix('eval_')}": v for k, v in stats.items()}
+
+    def _greedy_episodes(self, policy, episodes: int, seed: int, video: Path | None) -> dict[str, float]:
+        """Greedy success and return in the run's env; in a world model, imagined and without a video."""
+        cfg = self.config
+        if cfg.env.id != WORLD_MODEL_ENV_ID:
+            return evaluate_policy(policy, cfg.env.id, dict(cfg.env.kwargs), episodes, seed, video_path=video)
+        from trainer.algorithms.common import play_greedy
+
+        venv = make_sim_envs(replace(cfg, env=replace(cfg.env, num_envs=episodes)))
+        try:
+            finished = play_greedy(venv, policy, seed)[1]
+        finally:
+            venv.close()
+        first = {e.env_index: e for e in reversed(finished)}  # each env's first episode
+        return {
+            "eval_return_mean": float(np.mean([e.episode_return for e in first.values()])),
+            "eval_success_rate": float(np.mean([e.success for e in first.values()])),
+        }
 
     def _final_evaluation(self, policy, progress: Progress) -> dict:
         """Greedy episodes on seeds training never resets from, with a GIF: ``final_eval.json``."""
@@ -192,9 +210,7 @@ class Runner:
         episodes = cfg.run.final_eval_episodes
         video = self.run_dir / "videos" / "final.gif" if cfg.run.video else None
         print(f"final evaluation: {episodes} greedy episodes on held-out seeds ...", flush=True)
-        stats = evaluate_policy(
-            policy, cfg.env.id, dict(cfg.env.kwargs), episodes, seed=FINAL_EVAL_SEED, video_path=video
-        )
+        stats = self._greedy_episodes(policy, episodes, FINAL_EVAL_SEED, video)
         report = {
             "success_rate": stats["eval_success_rate"],
             "return_mean": stats["eval_return_mean"],
@@ -203,6 +219,7 @@ class Runner:
             "iteration": progress.iteration,
             "env_steps": progress.env_steps,
             "video": str(video) if video is not None and video.exists() else "",
+            "imagined": cfg.env.id == WORLD_MODEL_ENV_ID,  # in the world model, not a simulator
         }
         write_atomic(self.run_dir / FINAL_EVAL_FILE, json.dumps(report, indent=2) + "\n")
         shown = f"; video {report['video']}" if report["video"] else ""

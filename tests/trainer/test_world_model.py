@@ -138,6 +138,8 @@ def test_a_policy_trained_only_inside_a_world_model_improves_in_the_true_env(tmp
     trained = greedy_return(load_policy(latest_checkpoint(tmp_path / "ppo") / POLICY_DIR))
     venv.close()
     assert trained > untrained + 4.0, (untrained, trained)  # measured: -14.3 -> -5.2
+    final = json.loads((tmp_path / "ppo" / "final_eval.json").read_text())
+    assert final["imagined"] is True and final["video"] == ""  # scored in the model: no video, said so
 
 
 def test_one_imagined_env_passes_gymnasiums_env_checker(state_model):
