@@ -28,7 +28,7 @@ HEADER = struct.Struct("<q")
 WRITING = -1
 DEFAULT_DIR = "/dev/shm"
 MAX_RING_BYTES = 1 << 30  # what a trainer agrees to map for one robot
-_NAME = re.compile(r"^rlinf-ring-[0-9a-f]{16}$")
+_NAME = re.compile(r"^rlinf-ring-(\d+)-[0-9a-f]{16}$")  # rlinf-ring-<creator pid>-<random>
 
 
 class FrameRingError(ValueError):
@@ -38,6 +38,31 @@ class FrameRingError(ValueError):
 def slot_bytes_for(shapes: Sequence[tuple[int, int, int]]) -> int:
     """Bytes per slot for frames of these ``(H, W, 3)`` shapes: the header, then each frame."""
     return HEADER.size + sum(int(np.prod(shape)) for shape in shapes)
+
+
+def remove_stale_rings(directory: str = DEFAULT_DIR) -> list[Path]:
+    """Delete rings left by agents that died without closing them (their creator pid is gone)."""
+    removed = []
+    for path in Path(directory).glob("rlinf-ring-*"):
+        match = _NAME.match(path.name)
+        if match is None or _alive(int(match.group(1))):
+            continue
+        try:
+            path.unlink()
+            removed.append(path)
+        except OSError:  # another user's, or gone already
+            continue
+    return removed
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # alive, another user's
+        return True
+    return True
 
 
 class FrameRingWriter:
@@ -51,7 +76,8 @@ class FrameRingWriter:
         self.shapes = [tuple(int(d) for d in s) for s in shapes]
         self.slots, self.slot_bytes = slots, slot_bytes_for(self.shapes)
         self.offsets = np.cumsum([HEADER.size] + [int(np.prod(s)) for s in self.shapes])[:-1].tolist()
-        self.path = Path(directory) / f"rlinf-ring-{secrets.token_hex(8)}"
+        remove_stale_rings(directory)
+        self.path = Path(directory) / f"rlinf-ring-{os.getpid()}-{secrets.token_hex(8)}"
         fd = os.open(self.path, os.O_CREAT | os.O_EXCL | os.O_RDWR, 0o600)
         try:
             os.ftruncate(fd, self.slots * self.slot_bytes)
@@ -87,7 +113,9 @@ class FrameRingReader:
     def __init__(self, path: str, slots: int, slot_bytes: int) -> None:
         resolved = Path(path)
         if resolved.parent != Path(DEFAULT_DIR) or not _NAME.match(resolved.name):
-            raise FrameRingError(f"{path!r} is not a frame ring (expected {DEFAULT_DIR}/rlinf-ring-<hex>)")
+            raise FrameRingError(
+                f"{path!r} is not a frame ring (expected {DEFAULT_DIR}/rlinf-ring-<pid>-<hex>)"
+            )
         size = slots * slot_bytes
         if slots < 2 or slot_bytes <= HEADER.size or size > MAX_RING_BYTES:
             raise FrameRingError(f"a ring of {slots} x {slot_bytes} bytes is out of bounds")
@@ -115,15 +143,6 @@ class FrameRingReader:
             return None
         base = slot * self.slot_bytes + offset
         return memoryview(self._map)[base : base + nbytes]
-
-    def read(self, seq: int, slot: int, offset: int, nbytes: int) -> bytes | None:
-        """A copy of the frame at (slot, offset), or None if the slot no longer holds ``seq``."""
-        view = self.view(seq, slot, offset, nbytes)
-        if view is None:
-            return None
-        data = bytes(view)
-        view.release()
-        return data if self.holds(seq, slot) else None
 
     def close(self) -> None:
         self._map.close()

@@ -63,7 +63,7 @@ def test_a_slot_reused_before_the_trainer_copied_it_is_reported_not_misread(ring
     for seq in range(1, writer.slots + 1):  # the agent goes round the ring: slot 0 now holds seq 4
         writer.write(seq, images(seq))
     assert materialize(late, reader) is None
-    assert reader.read(0, 0, 8, 10) is None
+    assert reader.view(0, 0, 8, 10) is None and not reader.holds(0, 0)
 
 
 def test_in_band_observations_pass_through_and_stray_ring_frames_are_refused(ring):
@@ -81,7 +81,7 @@ def test_in_band_observations_pass_through_and_stray_ring_frames_are_refused(rin
 
 def test_only_a_ring_of_ours_with_the_offered_size_is_mapped(tmp_path, ring):
     writer, _ = ring
-    stranger = tmp_path / "rlinf-ring-0123456789abcdef"
+    stranger = tmp_path / "rlinf-ring-1-0123456789abcdef"
     stranger.write_bytes(b"x" * 64)
     with pytest.raises(FrameRingError, match="not a frame ring"):
         FrameRingReader(str(stranger), 2, 32)
@@ -90,7 +90,7 @@ def test_only_a_ring_of_ours_with_the_offered_size_is_mapped(tmp_path, ring):
     with pytest.raises(FrameRingError, match="holds"):
         FrameRingReader(str(writer.path), writer.slots, writer.slot_bytes + 1)
     with pytest.raises(FrameRingError, match="cannot open"):
-        FrameRingReader("/dev/shm/rlinf-ring-ffffffffffffffff", 2, 32)  # not on this host
+        FrameRingReader("/dev/shm/rlinf-ring-1-ffffffffffffffff", 2, 32)  # not on this host
 
 
 @pytest.mark.parametrize(
@@ -121,3 +121,22 @@ def test_the_agent_offers_a_ring_only_for_raw_frames_to_this_host(server, offere
             assert (encoder.ring_proto() is not None) is (offered and codec == "raw")
         finally:
             encoder.close()
+
+
+def test_rings_left_by_dead_agents_are_removed_when_a_new_one_starts(tmp_path):
+    import os
+    import subprocess
+    import sys
+
+    from protos.frame_ring import remove_stale_rings
+
+    dead = subprocess.run(
+        [sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True
+    )
+    stale = tmp_path / f"rlinf-ring-{int(dead.stdout)}-0123456789abcdef"  # its agent crashed
+    live = tmp_path / f"rlinf-ring-{os.getpid()}-fedcba9876543210"  # an agent still running
+    other = tmp_path / "unrelated-file"
+    for path in (stale, live, other):
+        path.write_bytes(b"x")
+    assert remove_stale_rings(str(tmp_path)) == [stale]
+    assert not stale.exists() and live.exists() and other.exists()
