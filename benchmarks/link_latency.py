@@ -302,7 +302,9 @@ def main() -> None:
         f"  breakdown p50: agent encode {at_30['agent_encode']['p50_ms']:.2f} ms, trainer decode+reply "
         f"{at_30['trainer_decode_and_reply']['p50_ms']:.2f} ms, link + hand-offs the rest"
     )
-    at_max = run_link(frames, args.max_hz, args.max_duration, episode_steps=1000)
+    # 300-step episodes: a 1000-step one of two raw 640x480 frames is over the server's session budget
+    # (max_session_bytes), which refuses the robot at registration.
+    at_max = run_link(frames, args.max_hz, args.max_duration, episode_steps=300)
     rt_max = at_max["round_trip"]
     print(
         f"{args.max_hz:.0f} Hz for {args.max_duration:.0f} s: actions/s {at_max['actions_per_s']:.1f}  "
