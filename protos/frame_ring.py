@@ -14,6 +14,7 @@ slot the agent has reused since (the trainer fell ``slots`` ticks behind) is rep
 
 from __future__ import annotations
 
+import ipaddress
 import mmap
 import os
 import re
@@ -23,6 +24,9 @@ from collections.abc import Sequence
 from pathlib import Path
 
 import numpy as np
+
+from protos import link_codec
+from protos import robot_link_pb2 as pb
 
 HEADER = struct.Struct("<q")
 WRITING = -1
@@ -148,29 +152,27 @@ class FrameRingReader:
         self._map.close()
 
 
-def peer_is_local(peer: str) -> bool:
-    """Whether a gRPC peer string (``ipv4:127.0.0.1:5000``, ``ipv6:[::1]:5000``, ``unix:...``) is this host."""
-    import ipaddress
-
-    kind, _, address = peer.partition(":")
-    if kind == "unix":
-        return True
-    if kind not in ("ipv4", "ipv6"):
-        return False
+def address_is_local(address: str) -> bool:
+    """Whether ``host:port`` (``127.0.0.1:5000``, ``[::1]:5000``, ``localhost:5000``) names this host."""
     host = address.rsplit(":", 1)[0].strip("[]")
+    if host == "localhost":
+        return True
     try:
         return ipaddress.ip_address(host).is_loopback
     except ValueError:
         return False
 
 
+def peer_is_local(peer: str) -> bool:
+    """Whether a gRPC peer string (``ipv4:127.0.0.1:5000``, ``ipv6:[::1]:5000``, ``unix:...``) is this host."""
+    kind, _, address = peer.partition(":")
+    return kind == "unix" or (kind in ("ipv4", "ipv6") and address_is_local(address))
+
+
 def materialize(observation, reader: FrameRingReader | None):
     """``observation`` with its ``CODEC_RING`` frames copied out of the ring as raw in-band frames
     (the same object when it has none); None when a slot no longer holds this observation (the
     trainer fell a ring behind): drop it."""
-    from protos import link_codec
-    from protos import robot_link_pb2 as pb
-
     ring = [frame for frame in observation.frames if frame.codec == pb.CODEC_RING]
     if not ring:
         return observation

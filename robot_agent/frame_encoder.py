@@ -4,7 +4,6 @@ the frame ring (shared memory) instead, once the trainer has accepted it."""
 
 from __future__ import annotations
 
-import ipaddress
 import logging
 from concurrent.futures import ThreadPoolExecutor
 
@@ -13,20 +12,9 @@ import numpy as np
 from protos import link_codec
 from protos import robot_link_pb2 as pb
 from protos.env_spec import EnvSpec
-from protos.frame_ring import FrameRingError, FrameRingWriter
+from protos.frame_ring import FrameRingError, FrameRingWriter, address_is_local
 
 log = logging.getLogger(__name__)
-
-
-def is_loopback(server: str) -> bool:
-    """Whether ``host:port`` names this host (a loopback address or ``localhost``)."""
-    host = server.rsplit(":", 1)[0].strip("[]")
-    if host == "localhost":
-        return True
-    try:
-        return ipaddress.ip_address(host).is_loopback
-    except ValueError:
-        return False
 
 
 class FrameEncoder:
@@ -41,7 +29,7 @@ class FrameEncoder:
 
     def offer_ring(self, spec: EnvSpec, server: str, slots: int) -> None:
         """Make a frame ring when raw frames go to a trainer on this host (else frames stay in-band)."""
-        if self.codec != "raw" or slots == 0 or not spec.cameras or not is_loopback(server):
+        if self.codec != "raw" or slots == 0 or not spec.cameras or not address_is_local(server):
             return
         try:
             self.ring = FrameRingWriter([c.shape for c in spec.cameras], slots)
