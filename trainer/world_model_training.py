@@ -42,6 +42,7 @@ class WorldModelTrainConfig:
     latent_dim: int = 64
     hidden: int = 256
     image_weight: float = 1.0
+    ensemble: int = 5  # dynamics members (their disagreement halts imagined episodes off the data)
 
 
 class WorldModelTraining:
@@ -104,8 +105,17 @@ def load_episodes(cfg: WorldModelTrainConfig, spec: EnvSpec) -> Episodes:
     )
 
 
-def rollout_losses(model: WorldModel, data: Episodes, starts: np.ndarray, horizon: int, image_weight: float):
-    """The open-loop training loss of ``horizon`` steps from each start frame."""
+def rollout_losses(
+    model: WorldModel,
+    data: Episodes,
+    starts: np.ndarray,
+    horizon: int,
+    image_weight: float,
+    success_weight: float = 1.0,
+):
+    """The open-loop training loss of ``horizon`` steps from each start frame: every ensemble member
+    rolls out on its own; reward and success are judged from the real next observation (success
+    frames weighted by ``success_weight``: they are rare, often one per successful episode)."""
     images = {c: v[starts] for c, v in data.images.items()}
     z = model.encode(images) if images else torch.zeros(len(starts), 0)
     state = model.normalize(data.states[starts])
@@ -115,16 +125,19 @@ def rollout_losses(model: WorldModel, data: Episodes, starts: np.ndarray, horizo
         loss = loss + image_weight * sum(((decoded[c] - images[c].float() / 255) ** 2).mean() for c in images)
     for k in range(horizon):
         now, nxt = starts + k, starts + k + 1
-        z, state, reward, success_logit = model.step(z, state, data.actions[now])
-        loss = loss + ((state - model.normalize(data.states[nxt])) ** 2).mean()
+        z, state = model.members_step(z, state, data.actions[now])  # [M, B, ...]
+        target_state = model.normalize(data.states[nxt])
+        loss = loss + ((state - target_state) ** 2).mean(dim=(1, 2)).sum()
+        real = {c: v[nxt] for c, v in data.images.items()}
+        target_z = model.encode(real) if images else torch.zeros(len(starts), 0)
+        reward, success_logit = model.judge(target_z, target_state)
         loss = loss + ((reward - data.rewards[now]) ** 2).mean()
-        loss = loss + torch.nn.functional.binary_cross_entropy_with_logits(success_logit, data.success[now])
+        loss = loss + torch.nn.functional.binary_cross_entropy_with_logits(
+            success_logit, data.success[now], pos_weight=torch.tensor(success_weight)
+        )
         if images:
-            real = {c: v[nxt] for c, v in data.images.items()}
-            with torch.no_grad():
-                target = model.encode(real)
-            loss = loss + ((z - target) ** 2).mean()
-            predicted = model.decode(z)
+            loss = loss + ((z - target_z.detach()) ** 2).mean(dim=(1, 2)).sum()
+            predicted = model.decode(z.mean(0))
             loss = loss + image_weight * sum(
                 ((predicted[c] - real[c].float() / 255) ** 2).mean() for c in real
             )
@@ -145,7 +158,8 @@ def open_loop_errors(model: WorldModel, data: Episodes, episodes: np.ndarray) ->
         state = model.normalize(data.states[starts])
         first = state
         for k in range(h):
-            z, state, _, _ = model.step(z, state, data.actions[starts + k])
+            step = model.step(z, state, data.actions[starts + k])
+            z, state = step.latent, step.state
         target = model.normalize(data.states[starts + h])
         out[f"state_error_{h}"] = float(((state - target) ** 2).mean())
         out[f"state_error_copy_last_{h}"] = float(((first - target) ** 2).mean())
@@ -157,6 +171,28 @@ def open_loop_errors(model: WorldModel, data: Episodes, episodes: np.ndarray) ->
                 np.mean([((images[c].float() / 255 - real[c]) ** 2).mean() for c in real])
             )
     return out
+
+
+@torch.no_grad()
+def held_out_disagreement(model: WorldModel, data: Episodes, episodes: np.ndarray) -> dict[str, float]:
+    """Quantiles of the members' disagreement along held-out open-loop rollouts (up to 20 steps):
+    the scale of "within the data" that the world-model env halts episodes against."""
+    h = max(HORIZONS)
+    starts = data.starts(1, episodes)
+    images = {c: v[starts] for c, v in data.images.items()}
+    z = model.encode(images) if images else torch.zeros(len(starts), 0)
+    state = model.normalize(data.states[starts])
+    seen = []
+    for k in range(h):
+        live = data.episodes[np.minimum(starts + k + 1, len(data.episodes) - 1)] == data.episodes[starts]
+        live &= starts + k + 1 < len(data.episodes)
+        if not live.any():
+            break
+        step = model.step(z, state, data.actions[np.minimum(starts + k, len(data.actions) - 1)])
+        seen.append(step.disagreement[torch.as_tensor(live)])
+        z, state = step.latent, step.state
+    values = torch.cat(seen).numpy()
+    return {f"p{q}": float(np.percentile(values, q)) for q in (50, 95, 99)}
 
 
 @torch.no_grad()
@@ -175,7 +211,8 @@ def side_by_side(model: WorldModel, data: Episodes, episode: int, path: Path, st
         predicted = (model.decode(z)[camera][0].numpy() * 255).astype(np.uint8)
         out.append(np.concatenate([data.images[camera][index].numpy(), predicted], axis=1))
         if k + 1 < len(frames):
-            z, state, _, _ = model.step(z, state, data.actions[index : index + 1])
+            step = model.step(z, state, data.actions[index : index + 1])
+            z, state = step.latent, step.state
     imageio.mimsave(path, out, duration=0.1, loop=0)
 
 
@@ -188,7 +225,9 @@ def train_world_model(cfg: WorldModelTrainConfig, spec: EnvSpec, run_dir: Path, 
     except DatasetError as exc:
         raise ValueError(f"algo.dataset={cfg.dataset!r}: {exc}") from None
     torch.manual_seed(seed)
-    model = WorldModel(spec, WorldModelConfig(list(cfg.cameras), cfg.latent_dim, cfg.hidden))
+    model = WorldModel(
+        spec, WorldModelConfig(list(cfg.cameras), cfg.latent_dim, cfg.hidden, ensemble=cfg.ensemble)
+    )
     unique = np.unique(data.episodes)
     held = unique[len(unique) - max(1, round(cfg.holdout_fraction * len(unique))) :]
     train_episodes = np.setdiff1d(unique, held)
@@ -199,18 +238,23 @@ def train_world_model(cfg: WorldModelTrainConfig, spec: EnvSpec, run_dir: Path, 
             f"algo.dataset={cfg.dataset!r}: no training episode is longer than algo.horizon={cfg.horizon}"
         )
     optimizer = torch.optim.Adam(model.parameters(), lr=cfg.learning_rate)
+    positives = float(data.success[torch.as_tensor(np.isin(data.episodes, train_episodes))].sum())
+    # Balance the success classes, up to 100x: one success frame per episode against dozens without.
+    success_weight = float(np.clip((len(data.success) - positives) / max(positives, 1.0), 1.0, 100.0))
     losses = []
     for _ in tqdm(range(cfg.updates), desc="world model", unit="update"):
         batch = starts[np.random.randint(0, len(starts), cfg.batch_size)]
-        loss = rollout_losses(model, data, batch, cfg.horizon, cfg.image_weight)
+        loss = rollout_losses(model, data, batch, cfg.horizon, cfg.image_weight, success_weight)
         optimizer.zero_grad()
         loss.backward()
         torch.nn.utils.clip_grad_norm_(model.parameters(), 10.0)
         optimizer.step()
         losses.append(float(loss.detach()))
     model.eval()
+    disagreement = held_out_disagreement(model, data, held)
     metrics = {
         **open_loop_errors(model, data, held),
+        **{f"disagreement_{k}": v for k, v in disagreement.items()},
         "held_out_episodes": len(held),
         "loss_first": float(np.mean(losses[: max(1, len(losses) // 10)])),
         "loss_last": float(np.mean(losses[-max(1, len(losses) // 10) :])),
@@ -219,7 +263,11 @@ def train_world_model(cfg: WorldModelTrainConfig, spec: EnvSpec, run_dir: Path, 
     first_frames = np.flatnonzero(np.r_[True, data.episodes[1:] != data.episodes[:-1]])
     starts_arrays = {"state": data.states[first_frames].numpy(),
                      **{f"image.{c}": v[first_frames].numpy() for c, v in data.images.items()}}  # fmt: skip
-    model.save(out, extra={"task": data.task}, files={STARTS_FILE: lambda f: np.savez(f, **starts_arrays)})
+    model.save(
+        out,
+        extra={"task": data.task, "disagreement": disagreement},
+        files={STARTS_FILE: lambda f: np.savez(f, **starts_arrays)},
+    )
     (run_dir / "metrics.json").write_text(json.dumps(metrics, indent=2))
     side_by_side(model, data, int(held[0]), run_dir / "rollout.gif")
     return metrics

@@ -5,6 +5,11 @@ Each episode starts from a recorded first frame (the ``starts.npz`` saved with t
 the reset seed. Rewards and success are the model's; an episode ends on predicted success (when
 ``terminate_on_success``) or at ``max_episode_steps``. Observations carry the predicted state and the
 decoded camera frames (the recorded ones at a reset).
+
+An episode that wanders where the recorded data does not reach is *halted* (MOReL): when the
+ensemble's disagreement exceeds ``halt_multiple`` times its 99th percentile on held-out recordings,
+the episode terminates with reward ``-halt_penalty``, so a policy learns to win inside what the
+model knows instead of exploiting what it gets wrong.
 """
 
 from __future__ import annotations
@@ -34,6 +39,8 @@ class WorldModelVectorEnv:
         terminate_on_success: bool = True,
         success_threshold: float = 0.5,
         device: str = "cpu",
+        halt_multiple: float = 2.0,  # 0 never halts
+        halt_penalty: float = 10.0,
     ) -> None:
         if not checkpoint:
             raise ValueError(
@@ -61,6 +68,10 @@ class WorldModelVectorEnv:
         )
         self.num_envs, self.device = num_envs, torch.device(device)
         self.terminate_on_success, self.threshold = terminate_on_success, success_threshold
+        scale = (header.get("disagreement") or {}).get("p99", 0.0)
+        self.halt_above = halt_multiple * scale if halt_multiple > 0 and scale > 0 else float("inf")
+        self.halt_penalty = halt_penalty
+        self.halted = 0  # episodes halted off the data, since construction
         self.low = torch.as_tensor(spec.action.low_array(), device=self.device)
         self.high = torch.as_tensor(spec.action.high_array(), device=self.device)
         self.rng = np.random.default_rng(0)
@@ -121,26 +132,30 @@ class WorldModelVectorEnv:
         finished = []
         for k in range(chunk):
             unit = (2 * (actions[:, k] - self.low) / (self.high - self.low) - 1).clamp(-1, 1)
-            z, state, reward, logit = self.model.step(self.z, self.state, unit)
+            step = self.model.step(self.z, self.state, unit)
             live = torch.as_tensor(running, device=self.device)
-            self.z = torch.where(live[:, None], z, self.z)
-            self.state = torch.where(live[:, None], state, self.state)
+            self.z = torch.where(live[:, None], step.latent, self.z)
+            self.state = torch.where(live[:, None], step.state, self.state)
             if self.model.cfg.cameras:
                 decoded = self.model.decode(self.z)
                 for c, frame in decoded.items():
                     fresh = (frame * 255).round().to(torch.uint8)
                     self.images[c] = torch.where(live[:, None, None, None], fresh, self.images[c])
-            won = (torch.sigmoid(logit) >= self.threshold).cpu().numpy()
-            rewards[running, k] = reward.cpu().numpy()[running]
+            # Off the data a predicted success is what a policy would exploit: the halt wins.
+            halted = running & (step.disagreement > self.halt_above).cpu().numpy()
+            won = (torch.sigmoid(step.success_logit) >= self.threshold).cpu().numpy() & ~halted
+            reward = np.where(halted, -self.halt_penalty, step.reward.cpu().numpy())
+            rewards[running, k] = reward[running]
             success[running, k] = won[running]
             valid[running, k] = True
             self.steps[running] += 1
             self.returns[running] += rewards[running, k]
             self.succeeded |= success[:, k]
             ended_success = running & won & self.terminate_on_success
-            ended_time = running & ~ended_success & (self.steps >= self.spec.max_episode_steps)
-            terminated[ended_success, k], truncated[ended_time, k] = True, True
-            done = np.flatnonzero(ended_success | ended_time)
+            ended_time = running & ~ended_success & ~halted & (self.steps >= self.spec.max_episode_steps)
+            terminated[ended_success | halted, k], truncated[ended_time, k] = True, True
+            self.halted += int(halted.sum())
+            done = np.flatnonzero(ended_success | halted | ended_time)
             if len(done):
                 obs = self._obs()
                 for i in done:

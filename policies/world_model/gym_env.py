@@ -30,9 +30,18 @@ class WorldModelEnv(gym.Env):
         terminate_on_success: bool = True,
         success_threshold: float = 0.5,
         device: str = "cpu",
+        halt_multiple: float = 2.0,
+        halt_penalty: float = 10.0,
     ) -> None:
         self.venv = WorldModelVectorEnv(
-            checkpoint, 1, max_episode_steps, terminate_on_success, success_threshold, device
+            checkpoint,
+            1,
+            max_episode_steps,
+            terminate_on_success,
+            success_threshold,
+            device,
+            halt_multiple,
+            halt_penalty,
         )
         self.env_spec = spec = self.venv.spec
         self.max_episode_steps = spec.max_episode_steps

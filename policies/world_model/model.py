@@ -1,8 +1,16 @@
 """The world model: camera frames through a learned latent, the state, and one step of dynamics.
 
     z_t = encode(images_t)                                  (a CNN per camera, to one latent)
-    z_{t+1}, s_{t+1}, r_t, success_t = step(z_t, s_t, a_t)  (an MLP on the normalised state)
+    z_{t+1}, s_{t+1} = dynamics(z_t, s_t, a_t)              (an ensemble of MLPs; their mean)
+    r_t, success_t = outcome(z_{t+1}, s_{t+1})              (judged from the predicted observation)
     images = decode(z)                                      (a transposed CNN per camera)
+
+Reward and success are read off the *predicted next observation*, as a reward classifier reads a
+camera frame, not from the dynamics' hidden features: a policy trained inside the model then has to
+drive the predicted scene into a success state, not find actions whose hidden features happen to
+excite a success head (measured on the PickLift twin: with the head on the hidden features, PPO in
+the model reached 85 % imagined success and 0 % real). The members' disagreement marks states the
+recorded data did not cover; the env halts an imagined episode there (MOReL's "unknown" state).
 
 The state is predicted as a change in normalised units; actions enter in the policy's [-1, 1] units.
 Saved like a policy: a folder of ``world_model.json`` (config, env spec, task text, start frames'
@@ -36,6 +44,20 @@ class WorldModelConfig:
     latent_dim: int = 64
     hidden: int = 256
     cnn_channels: list[int] = field(default_factory=lambda: [16, 32, 32])
+    ensemble: int = 5  # dynamics members; where they disagree, the data did not cover the state
+
+
+@dataclass(frozen=True)
+class Prediction:
+    """One imagined step: the members' mean next latent and state, the outcome judged from them,
+    and how much the members disagree (std over members, the largest over normalised state dims:
+    an unknown contact shows in a few dims, like the object's, and a mean over all would dilute it)."""
+
+    latent: torch.Tensor
+    state: torch.Tensor
+    reward: torch.Tensor
+    success_logit: torch.Tensor
+    disagreement: torch.Tensor
 
 
 class FrameDecoder(nn.Module):
@@ -58,11 +80,30 @@ class FrameDecoder(nn.Module):
         return torch.sigmoid(x).permute(0, 2, 3, 1)
 
 
+class Dynamics(nn.Module):
+    """One ensemble member: (latent, normalised state, action) -> (next latent, next state)."""
+
+    def __init__(self, latent_dim: int, state_dim: int, action_dim: int, hidden: int) -> None:
+        super().__init__()
+        self.trunk = mlp([latent_dim + state_dim + action_dim, hidden, hidden], nn.ELU)
+        self.next_latent = nn.Linear(hidden, latent_dim) if latent_dim else None
+        self.state_delta = nn.Linear(hidden, state_dim)
+
+    def forward(
+        self, z: torch.Tensor, norm_state: torch.Tensor, unit_action: torch.Tensor
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        h = nn.functional.elu(self.trunk(torch.cat([z, norm_state, unit_action], dim=-1)))
+        next_z = z + self.next_latent(h) if self.next_latent is not None else z
+        return next_z, norm_state + self.state_delta(h)
+
+
 class WorldModel(nn.Module):
     """Action-conditioned next observation, reward and success for one env spec."""
 
     def __init__(self, spec: EnvSpec, cfg: WorldModelConfig) -> None:
         super().__init__()
+        if cfg.ensemble < 1:
+            raise ValueError(f"the world model's ensemble must have at least 1 member, got {cfg.ensemble}")
         self.spec, self.cfg = spec, cfg
         for name in cfg.cameras:
             spec.camera(name)  # a KeyError naming the cameras the spec has
@@ -77,12 +118,11 @@ class WorldModel(nn.Module):
             {n: FrameDecoder(cfg.latent_dim, *spec.camera(n).shape[:2]) for n in cfg.cameras}
         )
         self.latent_dim = cfg.latent_dim * max(1, len(cfg.cameras)) if cfg.cameras else 0
-        width = self.latent_dim + spec.state_dim + spec.action.dim
-        self.trunk = mlp([width, cfg.hidden, cfg.hidden], nn.ELU)
-        self.next_latent = nn.Linear(cfg.hidden, self.latent_dim) if self.latent_dim else None
-        self.state_delta = nn.Linear(cfg.hidden, spec.state_dim)
-        self.reward = nn.Linear(cfg.hidden, 1)
-        self.success = nn.Linear(cfg.hidden, 1)
+        self.members = nn.ModuleList(
+            Dynamics(self.latent_dim, spec.state_dim, spec.action.dim, cfg.hidden)
+            for _ in range(cfg.ensemble)
+        )
+        self.outcome = mlp([self.latent_dim + spec.state_dim, cfg.hidden, cfg.hidden, 2], nn.ELU)
 
     # -- pieces ----------------------------------------------------------------------------------
     def encode(self, images: dict[str, torch.Tensor]) -> torch.Tensor:
@@ -96,18 +136,30 @@ class WorldModel(nn.Module):
         parts = z.split(self.cfg.latent_dim, dim=-1)
         return {n: self.decoders[n](part) for n, part in zip(self.cfg.cameras, parts)}
 
-    def step(
+    def members_step(
         self, z: torch.Tensor, norm_state: torch.Tensor, unit_action: torch.Tensor
-    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
-        """(next latent, next normalised state, reward, success logit) for one step."""
-        h = nn.functional.elu(self.trunk(torch.cat([z, norm_state, unit_action], dim=-1)))
-        next_z = z + self.next_latent(h) if self.next_latent is not None else z
-        return (
-            next_z,
-            norm_state + self.state_delta(h),
-            self.reward(h).squeeze(-1),
-            self.success(h).squeeze(-1),
-        )
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """Every member's next latent and state, [M, B, ...]. ``z`` and ``norm_state`` are either
+        shared [B, ...] or per member [M, B, ...] (members rolling out on their own)."""
+        out = [
+            member(z[i] if z.dim() == 3 else z, norm_state[i] if norm_state.dim() == 3 else norm_state,
+                   unit_action)
+            for i, member in enumerate(self.members)
+        ]  # fmt: skip
+        return torch.stack([o[0] for o in out]), torch.stack([o[1] for o in out])
+
+    def judge(self, z: torch.Tensor, norm_state: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """(reward, success logit) of an observation: its latent and normalised state."""
+        reward, success_logit = self.outcome(torch.cat([z, norm_state], dim=-1)).unbind(-1)
+        return reward, success_logit
+
+    def step(self, z: torch.Tensor, norm_state: torch.Tensor, unit_action: torch.Tensor) -> Prediction:
+        """One imagined step from shared [B, ...] inputs: the members' mean, judged."""
+        zs, states = self.members_step(z, norm_state, unit_action)
+        next_z, next_state = zs.mean(0), states.mean(0)
+        reward, success_logit = self.judge(next_z, next_state)
+        disagreement = states.std(0, unbiased=False).amax(-1)
+        return Prediction(next_z, next_state, reward, success_logit, disagreement)
 
     def normalize(self, state: torch.Tensor) -> torch.Tensor:
         return self.state_norm(state)

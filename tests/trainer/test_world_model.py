@@ -54,6 +54,39 @@ def test_the_world_model_env_keeps_the_vector_env_contract(state_model):
     assert all(f is not None for f in result.final_obs)
 
 
+def test_imagined_episodes_halt_where_the_ensemble_disagrees(state_model):
+    """Far from the recorded data the members disagree; the env ends such an episode with a penalty
+    (not a success) instead of letting a policy exploit what the model gets wrong there."""
+    import torch
+
+    run, metrics = state_model
+    assert 0 < metrics["disagreement_p50"] <= metrics["disagreement_p99"]
+
+    def env(**kwargs) -> WorldModelVectorEnv:
+        venv = WorldModelVectorEnv(str(run / "world_model"), num_envs=4, max_episode_steps=10,
+                                   terminate_on_success=False, **kwargs)  # fmt: skip
+        venv.reset(seed=0)
+        return venv
+
+    venv = env()
+    zeros = np.zeros((4, 1, venv.spec.action.dim), np.float32)
+    unit_zeros = torch.zeros(4, venv.spec.action.dim)
+    with torch.no_grad():
+        near = venv.model.step(venv.z, venv.state, unit_zeros).disagreement
+        far_state = venv.state + 20.0  # 20 standard deviations from every recorded state
+        far = venv.model.step(venv.z, far_state, unit_zeros).disagreement
+    assert (near < venv.halt_above).all() and (far > venv.halt_above).all(), (near, far, venv.halt_above)
+    assert not venv.chunk_step(zeros).terminated.any()  # a recorded start and a still arm: it goes on
+    venv.state = far_state
+    result = venv.chunk_step(zeros)
+    assert result.terminated[:, 0].all() and not result.success.any() and venv.halted == 4
+    np.testing.assert_allclose(result.rewards[:, 0], -venv.halt_penalty)
+    assert all(not e.success for e in result.finished)
+    never = env(halt_multiple=0.0)  # halting off: the same step just goes on
+    never.state = far_state
+    assert not never.chunk_step(zeros).terminated.any() and never.halted == 0
+
+
 def test_ppo_trains_inside_the_world_model(state_model, tmp_path):
     run, _ = state_model
     overrides = [f"env.kwargs.checkpoint={run / 'world_model'}", "env.kwargs.max_episode_steps=10",
