@@ -212,7 +212,8 @@ def run_seed(seed: int, args, twin: dict, work: Path) -> dict:
            "run.final_eval_episodes=0", "env.num_envs=32", f"policy.init_log_std={args.init_log_std}"]  # fmt: skip
     tick = time.monotonic()
     wm_policy = run_training("ppo_world_model", work / "ppo_wm", [
-        *ppo, f"env.kwargs.checkpoint={checkpoint}", "env.kwargs.max_episode_steps=80"])  # fmt: skip
+        *ppo, f"env.kwargs.checkpoint={checkpoint}", "env.kwargs.max_episode_steps=80",
+        f"env.kwargs.halt_multiple={args.halt_multiple}"])  # fmt: skip
     row["wm_ppo_wall_s"] = round(time.monotonic() - tick, 1)
     tick = time.monotonic()
     sim_policy = run_training("ppo_pick_lift", work / "ppo_sim", [
@@ -267,6 +268,12 @@ def main() -> int:
     parser.add_argument("--wm-updates", type=int, default=2500)
     parser.add_argument("--wm-horizon", type=int, default=10)
     parser.add_argument("--wm-hidden", type=int, default=256)
+    parser.add_argument(
+        "--halt-multiple",
+        type=float,
+        default=2.0,
+        help="imagined episodes halt above this x the held-out disagreement p99",
+    )
     parser.add_argument("--steps", type=int, default=50_000, help="PPO env steps, each arm")
     parser.add_argument("--init-log-std", type=float, default=-1.0, help="PPO's exploration from BC")
     parser.add_argument("--eval-episodes", type=int, default=50)

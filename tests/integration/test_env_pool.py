@@ -158,3 +158,39 @@ def test_the_robots_weight_changes_how_far_its_transitions_move_a_ppo_update(tmp
     # Weight 0: what the robot's transitions say (here, its rewards) does not move the update at all.
     assert torch.allclose(update(0.0), update(0.0, robot_reward_scale=-10.0), atol=1e-6)
     assert not torch.allclose(update(1.0), update(1.0, robot_reward_scale=-10.0), atol=1e-6)
+
+
+def test_the_pool_mixes_a_world_model_with_robots(tmp_path):
+    """Imagined envs (rlinf/WorldModel-v0) stand in the pool where a simulator would, beside a twin."""
+    from policies.world_model.env import WorldModelVectorEnv
+    from trainer.expert_demos import DemoConfig, record_expert_demos
+    from trainer.world_model_training import WorldModelTrainConfig, train_world_model
+
+    state_env = {"cameras": [], "privileged_state": True, "action_rotation": False, "max_episode_steps": 8}
+    demos = record_expert_demos(DemoConfig("rlinf/FrankaReach-v0", 3, str(tmp_path / "demos"), seed=0,
+                                           only_successful=False, env_kwargs=state_env), progress=False)  # fmt: skip
+    spec = sim_envs.make("rlinf/FrankaReach-v0", **state_env).env_spec
+    train_world_model(WorldModelTrainConfig(dataset=str(demos.root), updates=20, hidden=32, ensemble=2), spec,
+                      tmp_path / "wm")  # fmt: skip
+    imagined = WorldModelVectorEnv(str(tmp_path / "wm" / "world_model"), 2, max_episode_steps=8)
+    server = start_server()
+    pool = EnvPool(imagined, server.server, server.loop, weights={"robot": 3.0})
+    twin = {"task": "reach", "cameras": [], "privileged_state": True, "action_rotation": False,
+            "max_episode_steps": 8}  # fmt: skip
+    agent = start_agent(server.server.port, tmp_path / "agent", robot_id="twin", driver=twin)
+    try:
+        wait_until(lambda: "twin" in server.server.sessions, what="the robot")
+        assert pool.refresh() == ["twin"]
+        assert pool.sources == ["sim:rlinf/WorldModel-v0"] * 2 + ["robot:twin"]
+        assert list(pool.source_weights) == [1.0, 1.0, 3.0]
+        pool.reset(seed=0)
+        rng = np.random.default_rng(0)
+        ended = set()
+        for _ in range(5):  # 10 ticks: every 8-step episode, imagined or played, ends once
+            result = pool.chunk_step(random_chunks(pool, rng))
+            assert result.valid[:, 0].all() and result.rewards[2].any()
+            ended |= {e.env_index for e in result.finished}
+        assert ended == {0, 1, 2}
+    finally:
+        agent.stop()
+        server.stop()
