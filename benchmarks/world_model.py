@@ -209,7 +209,7 @@ def run_seed(seed: int, args, twin: dict, work: Path) -> dict:
     checkpoint = work / "wm" / "world_model"
 
     ppo = [f"policy.init_from={bc}", f"run.total_env_steps={args.steps}", f"run.seed={seed}",
-           "run.final_eval_episodes=0", "env.num_envs=32", f"policy.init_log_std={args.init_log_std}"]  # fmt: skip
+           "run.final_eval_episodes=0", "env.num_envs=32", f"algo.critic_warmup_updates={args.critic_warmup}"]  # fmt: skip
     tick = time.monotonic()
     wm_policy = run_training("ppo_world_model", work / "ppo_wm", [
         *ppo, f"env.kwargs.checkpoint={checkpoint}", "env.kwargs.max_episode_steps=80",
@@ -275,7 +275,7 @@ def main() -> int:
         help="imagined episodes halt above this x the held-out disagreement p99",
     )
     parser.add_argument("--steps", type=int, default=50_000, help="PPO env steps, each arm")
-    parser.add_argument("--init-log-std", type=float, default=-1.0, help="PPO's exploration from BC")
+    parser.add_argument("--critic-warmup", type=int, default=5, help="PPO updates that fit the critic only")
     parser.add_argument("--eval-episodes", type=int, default=50)
     parser.add_argument("--gap", type=Path, help="the twin's reality gap: a JSON of randomisation keys")
     parser.add_argument("--work", type=Path, default=Path("runs/bench-world-model"))

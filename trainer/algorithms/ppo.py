@@ -43,6 +43,9 @@ class PPOConfig:
     max_grad_norm: float = 0.5
     target_kl: float = 0.0  # 0 disables early stopping
     normalize_advantages: bool = True
+    # The first N updates fit the value head only: a policy started from SFT/BC has a fresh critic,
+    # and its first advantages are noise that would undo what the start knew.
+    critic_warmup_updates: int = 0
 
 
 class PPO:
@@ -55,6 +58,7 @@ class PPO:
             raise ValueError("PPO needs a value head (policy.value_head=true)")
         self.policy, self.cfg = policy, cfg
         self.optimizer = torch.optim.Adam(policy.parameters(), lr=cfg.learning_rate, eps=1e-5)
+        self.updates_done = 0
 
     def iterate(self, venv: VectorEnv, seed: int) -> IterationResult:
         """Collect one episode per env from seeded resets, then update."""
@@ -87,6 +91,8 @@ class PPO:
             weights = None
         size = samples.shape[0]
         minibatch = max(1, size // cfg.num_minibatches)
+        actor_scale = 0.0 if self.updates_done < cfg.critic_warmup_updates else 1.0
+        self.updates_done += 1
 
         stats: dict[str, list[float]] = {
             k: [] for k in ("policy_loss", "value_loss", "entropy", "approx_kl", "clip_frac")
@@ -124,7 +130,7 @@ class PPO:
                 )
 
                 entropy = weighted_mean(evaluation.entropy, mb_w)
-                loss = policy_loss + cfg.value_coef * value_loss - cfg.entropy_coef * entropy
+                loss = actor_scale * (policy_loss - cfg.entropy_coef * entropy) + cfg.value_coef * value_loss
                 self.optimizer.zero_grad()
                 loss.backward()
                 nn.utils.clip_grad_norm_(policy.parameters(), cfg.max_grad_norm)
@@ -146,7 +152,8 @@ class PPO:
         return {**{k: float(np.mean(v)) for k, v in stats.items()}, "explained_variance": explained}
 
     def state_dict(self) -> dict:
-        return {"optimizer": self.optimizer.state_dict()}
+        return {"optimizer": self.optimizer.state_dict(), "updates_done": self.updates_done}
 
     def load_state_dict(self, state: dict) -> None:
         self.optimizer.load_state_dict(state["optimizer"])
+        self.updates_done = int(state.get("updates_done", 0))
