@@ -31,32 +31,15 @@ import platform
 import shutil
 import sys
 import time
-from dataclasses import asdict
 from pathlib import Path
 
 import numpy as np
+from sim_to_real import BenchmarkError, load_gap  # the twin's gap profile, read as that benchmark does
 
 RESULTS = Path(__file__).with_name("results")
 ENV_ID = "rlinf/FrankaPickLift-v0"
 POLICY_KWARGS = {"cameras": [], "privileged_state": True, "action_rotation": False}
 EVAL_SEED = 30_000_000  # twin evaluation episodes start here (away from demo and training seeds)
-
-
-class BenchmarkError(ValueError):
-    """Bad input, in one line."""
-
-
-def load_gap(path: Path | None) -> dict:
-    from sim_envs.randomization import REALITY_GAP, DomainRandomization
-
-    if path is None:
-        return {k: list(v) if isinstance(v, tuple) else v for k, v in asdict(REALITY_GAP).items()}
-    try:
-        profile = json.loads(path.read_text())
-        DomainRandomization.from_any(profile)
-    except (OSError, ValueError, TypeError) as exc:
-        raise BenchmarkError(f"--gap {path}: {exc}") from None
-    return profile
 
 
 def flow(kwargs: dict) -> str:
