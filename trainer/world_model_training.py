@@ -2,12 +2,14 @@
 
 1. Recorded LeRobot v3 episodes give, per frame, the state, the camera frames, the executed action
    (in the policy's [-1, 1] units), ``next.reward`` and ``next.success``.
-2. Training rolls the model ``horizon`` steps open loop from a recorded frame and compares each step
-   with the recording: next state (normalised), reward, success, the next latent against the
-   encoder's latent of the real next frame, and the decoded frames against the real ones.
+2. Training rolls every ensemble member ``horizon`` steps open loop from a recorded frame and
+   compares each step with the recording: next state (normalised), the next latent against the
+   encoder's latent of the real next frame, and the decoded frames against the real ones; reward and
+   success are judged from the real next observation (success frames class-balanced).
 3. Whole episodes are held out. The validation error of 1, 5 and 20-step open-loop rollouts (state, in
    normalised units, and frames) is written to ``metrics.json`` with a copy-the-last-observation
-   baseline, and ``rollout.gif`` shows a held-out episode side by side (real | predicted).
+   baseline and the members' disagreement quantiles (the env's halting scale), and ``rollout.gif``
+   shows a held-out episode side by side (real | predicted).
 4. The model is saved as ``<run>/world_model/`` with ``starts.npz``, the recorded first frames that
    the world-model env resets from.
 """
