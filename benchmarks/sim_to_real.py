@@ -342,12 +342,20 @@ def main() -> int:
 
 
 def write(args, gap: dict, rows: list[dict]) -> dict:
+    summary = summarise(rows)
+    task = "FrankaPickLift, state policy, sim twin agents over the gRPC link at 10 Hz"
+    write_result(args, "sim_to_real", task, gap, rows, summary)
+    plot(summary, args.out.with_suffix(".png"))
+    return summary
+
+
+def write_result(args, benchmark: str, task: str, gap: dict, rows: list[dict], summary: dict) -> None:
+    """``args.out``: the runs so far, their summary and the settings, written whole."""
     from protos.atomic_files import write_atomic
 
-    summary = summarise(rows)
     result = {
-        "benchmark": "sim_to_real",
-        "task": "FrankaPickLift, state policy, sim twin agents over the gRPC link at 10 Hz",
+        "benchmark": benchmark,
+        "task": task,
         "machine": {"cpus": os.cpu_count(), "python": platform.python_version()},
         "settings": {k: str(v) if isinstance(v, Path) else v for k, v in vars(args).items()},
         "gap": gap,
@@ -355,8 +363,6 @@ def write(args, gap: dict, rows: list[dict]) -> dict:
         "summary": summary,
     }
     write_atomic(args.out, json.dumps(result, indent=2) + "\n")
-    plot(summary, args.out.with_suffix(".png"))
-    return summary
 
 
 if __name__ == "__main__":

@@ -26,15 +26,13 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
-import platform
 import shutil
 import sys
 import time
 from pathlib import Path
 
 import numpy as np
-from sim_to_real import BenchmarkError, load_gap  # the twin's gap profile, read as that benchmark does
+from sim_to_real import BenchmarkError, load_gap, write_result  # shared with the sim-to-real benchmark
 
 RESULTS = Path(__file__).with_name("results")
 ENV_ID = "rlinf/FrankaPickLift-v0"
@@ -280,19 +278,9 @@ def main() -> int:
 
 
 def write(args, gap: dict, rows: list[dict]) -> dict:
-    from protos.atomic_files import write_atomic
-
     summary = summarise(rows)
-    result = {
-        "benchmark": "world_model",
-        "task": "FrankaPickLift state policy; the twin (REALITY_GAP) as the real robot",
-        "machine": {"cpus": os.cpu_count(), "python": platform.python_version()},
-        "settings": {k: str(v) if isinstance(v, Path) else v for k, v in vars(args).items()},
-        "gap": gap,
-        "runs": rows,
-        "summary": summary,
-    }
-    write_atomic(args.out, json.dumps(result, indent=2) + "\n")
+    task = "FrankaPickLift state policy; the twin (REALITY_GAP) as the real robot"
+    write_result(args, "world_model", task, gap, rows, summary)
     return summary
 
 
