@@ -245,6 +245,15 @@ def test_a_classifier_rewards_and_ends_episodes_of_a_twin_that_hides_its_reward(
     assert max(row["source/robot:r/success_rate"] for row in robot) > 0
     assert max(row["source/robot:r/return_mean"] for row in robot) >= 1.0
     assert min(row["source/robot:r/episode_length"] for row in robot) < 8
+    # The dataset records the classifier's rewards with the frames (the agent sent zeros), and says so.
+    from protos.lerobot_reader import read_episodes, read_frames
+
+    episodes, frames = read_episodes(tmp_path / "ds"), read_frames(tmp_path / "ds")
+    trained = episodes[episodes["reward_source"] == "classifier"]
+    assert len(trained) >= 1 and set(episodes["reward_source"]) <= {"classifier", "env"}
+    judged = frames[frames["episode_index"].isin(trained["episode_index"])]
+    assert judged["next.reward"].sum() >= 1.0 and judged["next.success"].any()
+    assert trained["success"].any()
 
 
 def test_a_classifier_for_another_spec_is_refused(tmp_path):

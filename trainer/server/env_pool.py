@@ -25,6 +25,7 @@ import numpy as np
 
 from protos.batch import ChunkResult, EpisodeSummary, VectorEnv, concat_obs, select_row, stack_obs
 from protos.env_spec import EnvSpec, spec_mismatch
+from trainer.server.judged_episodes import JudgedEpisodes
 from trainer.server.link_server import LinkServer
 from trainer.server.remote_env import RemoteRobotEnv
 from trainer.server.reward_source import NOTHING_YET, EnvRewards, JudgedStep, RobotRewards
@@ -42,6 +43,7 @@ class _RobotSlot:
     episodes: int = 0
     rewards: RobotRewards = field(default_factory=EnvRewards)  # reward.source: judges each step
     last: JudgedStep = NOTHING_YET  # the newest judged step of the episode
+    episode_id: str = ""  # the robot episode being played ("" before its first step)
 
 
 class EnvPool:
@@ -51,6 +53,7 @@ class EnvPool:
         self, sim: VectorEnv, server: LinkServer | None = None, loop: asyncio.AbstractEventLoop | None = None,
         weights: dict[str, float] | None = None, step_timeout_s: float = 10.0, seed: int = 0,
         sim_recorder=None, rewards: Callable[[], RobotRewards] = EnvRewards,
+        judged: JudgedEpisodes | None = None,
     ) -> None:  # fmt: skip
         self.sim, self.server, self.loop = sim, server, loop
         self.spec: EnvSpec = sim.spec
@@ -61,6 +64,7 @@ class EnvPool:
         self.step_timeout_s = step_timeout_s
         self.sim_recorder = sim_recorder  # a SimEpisodeRecorder, or None
         self.make_rewards = rewards  # one RobotRewards per robot slot (reward.source)
+        self.judged = judged  # where the judged steps go to be recorded with the robot's frames
         self._sim_obs: dict[str, Any] | None = None
         self.decoder = ThreadPoolExecutor(4, thread_name_prefix="frame-decode")
         self.robot_threads = ThreadPoolExecutor(8, thread_name_prefix="robot-step")
@@ -97,6 +101,9 @@ class EnvPool:
         ``policy_version`` (the learner's update count) goes out with every robot chunk from now on."""
         if self.server is None:
             return []
+        for slot in self.robots:
+            if not slot.env.available and self.judged is not None:
+                self.judged.playing(slot.env.robot_id, False)
         self.robots = [slot for slot in self.robots if slot.env.available]
         known = {slot.env.robot_id for slot in self.robots}
         added = []
@@ -117,6 +124,8 @@ class EnvPool:
                     "on reward 0; set reward.source=classifier or human", robot_id,
                 )  # fmt: skip
             self.robots.append(slot)
+            if self.judged is not None:
+                self.judged.playing(robot_id)
             added.append(robot_id)
             log.info("robot %s joined the pool (slot %d)", robot_id, self.num_envs - 1)
         for slot in self.robots:
@@ -167,6 +176,9 @@ class EnvPool:
 
     # -- robots ---------------------------------------------------------------------------------
     def _reset_robot(self, slot: _RobotSlot, seed: int | None) -> None:
+        if slot.episode_id and self.judged is not None:  # the new START ends the running episode
+            self.judged.close(slot.env.robot_id, slot.episode_id)
+        slot.episode_id = ""
         if seed is None:
             self._robot_seed += 1
             seed = self._robot_seed
@@ -239,6 +251,11 @@ class EnvPool:
             out.terminated[0, k] = judged_end or robot_terminated
             out.truncated[0, k] = not out.terminated[0, k]
             out.final_obs = [select_row(out.obs, 0)]
+        for k, observation in enumerate(outcome.observations[:played]):
+            slot.episode_id = observation.episode_id
+            if self.judged is not None:
+                self.judged.record(slot.env.robot_id, observation.episode_id, observation.step,
+                                   float(out.rewards[0, k]), bool(out.success[0, k]))  # fmt: skip
         slot.episode_return += float(out.rewards.sum())
         slot.episode_length += played
         if judged_end or outcome.end is not None:
@@ -267,6 +284,9 @@ class EnvPool:
         return concat_obs([sim_obs, stack_obs(rows)])
 
     def close(self) -> None:
+        for slot in self.robots:
+            if self.judged is not None:
+                self.judged.playing(slot.env.robot_id, False)
         self.sim.close()
         self.robot_threads.shutdown(wait=False, cancel_futures=True)
         self.decoder.shutdown(wait=False)

@@ -12,6 +12,7 @@ from pathlib import Path
 
 from trainer.server.auth import AuthConfigError, ServerAuthConfig, load_robot_tokens
 from trainer.server.config import ServeConfig
+from trainer.server.judged_episodes import JudgedEpisodes
 from trainer.server.link_server import LinkServer, LinkServerConfig, LinkServerThread, SessionHook
 from trainer.server.recorder import LeRobotEpisodeSink
 from trainer.server.session import RobotSession
@@ -96,11 +97,17 @@ class HostedLink:
     ``on_session(session)`` is a coroutine started for every robot that registers (collect, eval).
     """
 
-    def __init__(self, config: ServeConfig, on_session: SessionHook | None = None, mode: str = "") -> None:
+    def __init__(
+        self,
+        config: ServeConfig,
+        on_session: SessionHook | None = None,
+        mode: str = "",
+        judged: JudgedEpisodes | None = None,  # train mode: the reward source's values to record
+    ) -> None:
         if config.server.view not in ("", "rerun"):
             raise ValueError(f"server.view must be '' or 'rerun', got {config.server.view!r}")
         self.config = config
-        sink = LeRobotEpisodeSink(config.data.record_dir, config.data.video_format())
+        sink = LeRobotEpisodeSink(config.data.record_dir, config.data.video_format(), judged)
         self.server = LinkServer(link_config(config), sink=sink, on_session=on_session)
         self.thread = LinkServerThread(self.server).start()
         self.loop = self.thread.loop

@@ -18,12 +18,28 @@ from protos.episode_frames import (
 )
 from protos.lerobot_dataset import DEFAULT_VIDEO, EpisodeFrames, LeRobotWriter, VideoFormat
 from trainer.server.episodes import RobotEpisode
+from trainer.server.judged_episodes import JudgedEpisodes
 
 log = logging.getLogger(__name__)
 
 
-def to_frames(episode: RobotEpisode) -> EpisodeFrames:
-    return robot_episode_frames(episode.robot_id, episode.spec, episode.observations, episode.end)
+def to_frames(episode: RobotEpisode, judged: JudgedEpisodes | None = None) -> EpisodeFrames:
+    """The episode's frames; with ``judged`` (serve train mode), the rewards and success its reward
+    source judged replace the agent's, and the episode says which source that was."""
+    frames = robot_episode_frames(episode.robot_id, episode.spec, episode.observations, episode.end)
+    if judged is None:
+        return frames
+    steps = judged.take(episode.robot_id, episode.episode_id)
+    if steps is None:
+        frames.extra["reward_source"] = "env"  # not played by the pool: the agent's own values
+        return frames
+    reward, success = frames.scalars["next.reward"].copy(), frames.scalars["next.success"].copy()
+    for step, (value, won) in steps.items():
+        if 1 <= step <= len(reward):  # observation ``step`` carries the transition out of frame step - 1
+            reward[step - 1], success[step - 1] = value, won
+    frames.scalars.update({"next.reward": reward, "next.success": success})
+    frames.extra.update(reward_source=judged.source, success=bool(success.any()))
+    return frames
 
 
 class LeRobotEpisodeSink:
@@ -33,8 +49,11 @@ class LeRobotEpisodeSink:
     the dataset's files and metadata are appended under one lock.
     """
 
-    def __init__(self, root: str, video: VideoFormat = DEFAULT_VIDEO) -> None:
+    def __init__(
+        self, root: str, video: VideoFormat = DEFAULT_VIDEO, judged: JudgedEpisodes | None = None
+    ) -> None:
         self.root, self.video = root, video
+        self.judged = judged  # serve train mode: the reward source's values replace the agent's
         self.writer: LeRobotWriter | None = None
         self._empty: set[tuple[str, str]] = set()
         self._lock = threading.Lock()
@@ -66,7 +85,9 @@ class LeRobotEpisodeSink:
                     video=self.video,
                 )
             writer = self.writer
-        staged = writer.stage(to_frames(episode))  # the slow part (video encoding), outside the lock
+        staged = writer.stage(
+            to_frames(episode, self.judged)
+        )  # the slow part (video encoding), outside the lock
         with self._lock:
             index = writer.commit(staged)
         log.info("recorded episode %d (%s, %d steps, %s)", index, episode.episode_id, episode.end.num_steps,

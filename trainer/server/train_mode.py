@@ -26,13 +26,17 @@ def train(config: ServeConfig, on_started=None):
     from trainer.runner import Runner, make_sim_envs
     from trainer.server.config import training_config
     from trainer.server.env_pool import EnvPool
+    from trainer.server.judged_episodes import JudgedEpisodes
     from trainer.server.reward_source import reward_factory
     from trainer.server.sim_recorder import SimEpisodeRecorder
 
     training = training_config(config)
     run_dir = Path(training.run.output_dir)
     resume = run_dir if config.train.resume and latest_checkpoint(run_dir) is not None else None
-    with HostedLink(config, mode=f"train: {training.algorithm} on {training.env.id}") as hosted:
+    judged = JudgedEpisodes(config.reward.source)  # recorded with the robots' frames
+    with HostedLink(
+        config, mode=f"train: {training.algorithm} on {training.env.id}", judged=judged
+    ) as hosted:
         link = hosted.server
         if on_started is not None:
             on_started(link)
@@ -52,7 +56,7 @@ def train(config: ServeConfig, on_started=None):
                                               link.store_executor, config.data.video_format())  # fmt: skip
             rewards = reward_factory(config.reward, sim.spec)
             return EnvPool(sim, link, hosted.loop, weights, config.train.step_timeout_s, seed=cfg.run.seed,
-                           sim_recorder=recorder, rewards=rewards)  # fmt: skip
+                           sim_recorder=recorder, rewards=rewards, judged=judged)  # fmt: skip
 
         runner = Runner(training, resume_dir=resume, make_envs=make_envs)
         runner.resume_hint = "the same serve command with train.resume=true"
