@@ -64,6 +64,16 @@ class Episodes:
     episodes: np.ndarray  # [N] episode index of each frame
     task: str
 
+    def terminates_on_success(self) -> bool:
+        """Whether the recorded env ended episodes at their first success frame (True when no
+        episode succeeded): an imagined episode should end where a real one would."""
+        ends = []
+        for episode in np.unique(self.episodes):
+            won = np.flatnonzero(self.success[torch.as_tensor(self.episodes == episode)].numpy() > 0.5)
+            if len(won):
+                ends.append(won[0] == int((self.episodes == episode).sum()) - 1)
+        return all(ends)
+
     def starts(self, length: int, episodes: np.ndarray) -> np.ndarray:
         """Frames t of the given episodes whose next ``length`` frames are in the same episode."""
         n = len(self.episodes)
@@ -267,7 +277,11 @@ def train_world_model(cfg: WorldModelTrainConfig, spec: EnvSpec, run_dir: Path, 
                      **{f"image.{c}": v[first_frames].numpy() for c, v in data.images.items()}}  # fmt: skip
     model.save(
         out,
-        extra={"task": data.task, "disagreement": disagreement},
+        extra={
+            "task": data.task,
+            "disagreement": disagreement,
+            "terminates_on_success": data.terminates_on_success(),
+        },
         files={STARTS_FILE: lambda f: np.savez(f, **starts_arrays)},
     )
     (run_dir / "metrics.json").write_text(json.dumps(metrics, indent=2))

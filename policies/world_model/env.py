@@ -3,7 +3,8 @@ behind the vector-env contract (so PPO, GRPO, SAC and the VLA path run in it unc
 
 Each episode starts from a recorded first frame (the ``starts.npz`` saved with the model), drawn by
 the reset seed. Rewards and success are the model's; an episode ends on predicted success (when
-``terminate_on_success``) or at ``max_episode_steps``. Observations carry the predicted state and the
+``terminate_on_success``; by default, when the recorded episodes ended at their first success) or at
+``max_episode_steps``. Observations carry the predicted state and the
 decoded camera frames (the recorded ones at a reset).
 
 An episode that wanders where the recorded data does not reach is *halted* (MOReL): when the
@@ -36,7 +37,7 @@ class WorldModelVectorEnv:
         checkpoint: str,
         num_envs: int,
         max_episode_steps: int = 0,
-        terminate_on_success: bool = True,
+        terminate_on_success: bool | None = None,  # None: as the recorded env did
         success_threshold: float = 0.5,
         device: str = "cpu",
         halt_multiple: float = 2.0,  # 0 never halts
@@ -67,6 +68,8 @@ class WorldModelVectorEnv:
             metadata={**spec.metadata, "world_model": str(checkpoint)},
         )
         self.num_envs, self.device = num_envs, torch.device(device)
+        if terminate_on_success is None:
+            terminate_on_success = bool(header.get("terminates_on_success", True))
         self.terminate_on_success, self.threshold = terminate_on_success, success_threshold
         scale = (header.get("disagreement") or {}).get("p99", 0.0)
         self.halt_above = halt_multiple * scale if halt_multiple > 0 and scale > 0 else float("inf")

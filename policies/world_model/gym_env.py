@@ -27,7 +27,7 @@ class WorldModelEnv(gym.Env):
         self,
         checkpoint: str = "",
         max_episode_steps: int = 0,
-        terminate_on_success: bool = True,
+        terminate_on_success: bool | None = None,
         success_threshold: float = 0.5,
         device: str = "cpu",
         halt_multiple: float = 2.0,

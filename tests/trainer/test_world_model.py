@@ -87,6 +87,28 @@ def test_imagined_episodes_halt_where_the_ensemble_disagrees(state_model):
     assert not never.chunk_step(zeros).terminated.any() and never.halted == 0
 
 
+def test_imagined_episodes_end_on_success_only_where_recorded_ones_did(state_model):
+    """A task that runs on after success (Franka reach: holding the goal pays every step) must not
+    end imagined episodes at the first success, which would make succeeding cost return."""
+    import torch
+
+    from trainer.world_model_training import Episodes
+
+    run, _ = state_model
+    header = json.loads((run / "world_model" / "world_model.json").read_text())
+    assert header["terminates_on_success"] is False
+    assert WorldModelVectorEnv(str(run / "world_model"), 1).terminate_on_success is False
+    assert WorldModelVectorEnv(str(run / "world_model"), 1, terminate_on_success=True).terminate_on_success
+
+    def episodes(success: list[float], index: list[int]) -> Episodes:
+        n = len(success)
+        return Episodes(torch.zeros(n, 1), torch.zeros(n, 1), torch.zeros(n), torch.tensor(success), {},
+                        np.array(index), "")  # fmt: skip
+
+    assert episodes([0, 0, 1, 0, 0], [0, 0, 0, 1, 1]).terminates_on_success()  # ends at its success
+    assert not episodes([0, 1, 1, 0, 0], [0, 0, 0, 1, 1]).terminates_on_success()  # runs on after it
+
+
 def test_ppo_trains_inside_the_world_model(state_model, tmp_path):
     run, _ = state_model
     overrides = [f"env.kwargs.checkpoint={run / 'world_model'}", "env.kwargs.max_episode_steps=10",
