@@ -193,8 +193,9 @@ def run_seed(seed: int, args, twin: dict, work: Path) -> dict:
            "run.final_eval_episodes=0", "env.num_envs=32", f"algo.critic_warmup_updates={args.critic_warmup}"]  # fmt: skip
     tick = time.monotonic()
     wm_policy = run_training("ppo_world_model", work / "ppo_wm", [
-        *ppo, f"env.kwargs.checkpoint={checkpoint}", "env.kwargs.max_episode_steps=80",
-        f"env.kwargs.halt_multiple={args.halt_multiple}"])  # fmt: skip
+        *ppo, f"env.kwargs.checkpoint={checkpoint}",
+        f"env.kwargs.halt_multiple={args.halt_multiple}", f"env.kwargs.start_from={args.start_from}",
+        f"env.kwargs.max_episode_steps={args.imagined_steps}"])  # fmt: skip
     row["wm_ppo_wall_s"] = round(time.monotonic() - tick, 1)
     tick = time.monotonic()
     sim_policy = run_training("ppo_pick_lift", work / "ppo_sim", [
@@ -255,6 +256,13 @@ def main() -> int:
         default=2.0,
         help="imagined episodes halt above this x the held-out disagreement p99",
     )
+    parser.add_argument(
+        "--start-from",
+        default="any",
+        choices=("first", "any"),
+        help="imagined episodes start from recorded first frames or any recorded frame",
+    )
+    parser.add_argument("--imagined-steps", type=int, default=20, help="imagined episode length (max)")
     parser.add_argument("--steps", type=int, default=50_000, help="PPO env steps, each arm")
     parser.add_argument("--critic-warmup", type=int, default=5, help="PPO updates that fit the critic only")
     parser.add_argument("--eval-episodes", type=int, default=50)

@@ -30,6 +30,8 @@ from protos import EnvSpec
 from protos.lerobot_dataset import DatasetError
 
 HORIZONS = (1, 5, 20)
+MAX_START_FRAMES = 20_000  # recorded frames an imagined episode may start from (state only)
+MAX_START_FRAMES_WITH_IMAGES = 2_000
 
 
 @dataclass
@@ -272,9 +274,14 @@ def train_world_model(cfg: WorldModelTrainConfig, spec: EnvSpec, run_dir: Path, 
         "loss_last": float(np.mean(losses[-max(1, len(losses) // 10) :])),
     }
     out = run_dir / "world_model"
-    first_frames = np.flatnonzero(np.r_[True, data.episodes[1:] != data.episodes[:-1]])
-    starts_arrays = {"state": data.states[first_frames].numpy(),
-                     **{f"image.{c}": v[first_frames].numpy() for c, v in data.images.items()}}  # fmt: skip
+    first = np.r_[True, data.episodes[1:] != data.episodes[:-1]]
+    # Reset frames: every first frame, and evenly spread others (for start_from="any"), capped so
+    # camera frames stay a few hundred MB at most.
+    cap = MAX_START_FRAMES_WITH_IMAGES if data.images else MAX_START_FRAMES
+    spread = np.linspace(0, len(first) - 1, min(cap, len(first))).astype(int)
+    rows = np.union1d(np.flatnonzero(first), spread)
+    starts_arrays = {"state": data.states[rows].numpy(), "first": first[rows],
+                     **{f"image.{c}": v[rows].numpy() for c, v in data.images.items()}}  # fmt: skip
     model.save(
         out,
         extra={

@@ -2,7 +2,9 @@
 behind the vector-env contract (so PPO, GRPO, SAC and the VLA path run in it unchanged).
 
 Each episode starts from a recorded first frame (the ``starts.npz`` saved with the model), drawn by
-the reset seed. Rewards and success are the model's; an episode ends on predicted success (when
+the reset seed; with ``start_from="any"`` from any recorded frame, for short branched rollouts
+(MBPO: a ``max_episode_steps`` of 10-20 keeps model errors from compounding, and PPO's value
+bootstrap at truncation carries the rest of the task). Rewards and success are the model's; an episode ends on predicted success (when
 ``terminate_on_success``; by default, when the recorded episodes ended at their first success) or at
 ``max_episode_steps``. Observations carry the predicted state and the
 decoded camera frames (the recorded ones at a reset).
@@ -42,7 +44,10 @@ class WorldModelVectorEnv:
         device: str = "cpu",
         halt_multiple: float = 2.0,  # 0 never halts
         halt_penalty: float = 10.0,
+        start_from: str = "first",  # "first": recorded first frames; "any": any recorded frame
     ) -> None:
+        if start_from not in ("first", "any"):
+            raise ValueError(f"{WORLD_MODEL_ENV_ID}: start_from must be 'first' or 'any', got {start_from!r}")
         if not checkpoint:
             raise ValueError(
                 f"{WORLD_MODEL_ENV_ID} needs env.kwargs.checkpoint, a trained world model folder"
@@ -53,9 +58,12 @@ class WorldModelVectorEnv:
         if not starts_path.is_file():
             raise ValueError(f"{checkpoint} has no {STARTS_FILE}: no recorded first frames to reset from")
         with np.load(starts_path) as starts:
-            self.start_states = torch.as_tensor(starts["state"], device=device)
+            # Older models saved first frames only (no "first" mask).
+            rows = np.ones(len(starts["state"]), bool) if "first" not in starts else starts["first"]
+            rows = rows if start_from == "first" else np.ones_like(rows)
+            self.start_states = torch.as_tensor(starts["state"][rows], device=device)
             self.start_images = {
-                c: torch.as_tensor(starts[f"image.{c}"], device=device) for c in self.model.cfg.cameras
+                c: torch.as_tensor(starts[f"image.{c}"][rows], device=device) for c in self.model.cfg.cameras
             }
         if len(self.start_states) == 0:
             raise ValueError(f"{starts_path} holds no episodes to reset from")

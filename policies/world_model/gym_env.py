@@ -32,6 +32,7 @@ class WorldModelEnv(gym.Env):
         device: str = "cpu",
         halt_multiple: float = 2.0,
         halt_penalty: float = 10.0,
+        start_from: str = "first",
     ) -> None:
         self.venv = WorldModelVectorEnv(
             checkpoint,
@@ -42,6 +43,7 @@ class WorldModelEnv(gym.Env):
             device,
             halt_multiple,
             halt_penalty,
+            start_from,
         )
         self.env_spec = spec = self.venv.spec
         self.max_episode_steps = spec.max_episode_steps

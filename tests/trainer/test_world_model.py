@@ -109,6 +109,19 @@ def test_imagined_episodes_end_on_success_only_where_recorded_ones_did(state_mod
     assert not episodes([0, 1, 1, 0, 0], [0, 0, 0, 1, 1]).terminates_on_success()  # runs on after it
 
 
+def test_imagined_episodes_start_from_first_frames_or_any_recorded_frame(state_model):
+    run, _ = state_model
+    first = WorldModelVectorEnv(str(run / "world_model"), 2)
+    anywhere = WorldModelVectorEnv(str(run / "world_model"), 2, start_from="any", max_episode_steps=10)
+    assert len(first.start_states) == 8  # one per recorded episode
+    assert len(anywhere.start_states) > 8 * 20  # the frames along them (branched, MBPO-style rollouts)
+    starts = np.stack([anywhere.reset(seed=s)[0]["state"][0] for s in range(40)])
+    from_first = np.abs(starts[:, None] - first.start_states.numpy()[None]).max(-1).min(-1)
+    assert (from_first > 1e-3).any()  # some episodes start mid-recording
+    with pytest.raises(ValueError, match="start_from must be 'first' or 'any'"):
+        WorldModelVectorEnv(str(run / "world_model"), 1, start_from="middle")
+
+
 def test_ppo_trains_inside_the_world_model(state_model, tmp_path):
     run, _ = state_model
     overrides = [f"env.kwargs.checkpoint={run / 'world_model'}", "env.kwargs.max_episode_steps=10",
