@@ -10,8 +10,9 @@
    normalised units, and frames) is written to ``metrics.json`` with a copy-the-last-observation
    baseline and the members' disagreement quantiles (the env's halting scale), and ``rollout.gif``
    shows a held-out episode side by side (real | predicted).
-4. The model is saved as ``<run>/world_model/`` with ``starts.npz``, the recorded first frames that
-   the world-model env resets from.
+4. The model is saved as ``<run>/world_model/`` with ``starts.npz``, the recorded frames the
+   world-model env resets from (every first frame, and others for ``start_from="any"``), and
+   whether the recorded env ended episodes at their first success.
 """
 
 from __future__ import annotations

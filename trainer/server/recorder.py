@@ -85,9 +85,8 @@ class LeRobotEpisodeSink:
                     video=self.video,
                 )
             writer = self.writer
-        staged = writer.stage(
-            to_frames(episode, self.judged)
-        )  # the slow part (video encoding), outside the lock
+        frames = to_frames(episode, self.judged)  # may wait for the pool to finish judging it
+        staged = writer.stage(frames)  # the slow part (video encoding), outside the lock
         with self._lock:
             index = writer.commit(staged)
         log.info("recorded episode %d (%s, %d steps, %s)", index, episode.episode_id, episode.end.num_steps,
