@@ -285,7 +285,9 @@ class EnvPool:
 
     def close(self) -> None:
         for slot in self.robots:
-            if self.judged is not None:
+            if self.judged is not None:  # a running episode keeps what was judged of it
+                if slot.episode_id:
+                    self.judged.close(slot.env.robot_id, slot.episode_id)
                 self.judged.playing(slot.env.robot_id, False)
         self.sim.close()
         self.robot_threads.shutdown(wait=False, cancel_futures=True)
