@@ -247,7 +247,7 @@ def main() -> int:
         default=0.3,
         help="random actions' share of the steps in half the data episodes",
     )
-    parser.add_argument("--wm-updates", type=int, default=2500)
+    parser.add_argument("--wm-updates", type=int, default=5000)
     parser.add_argument("--wm-horizon", type=int, default=10)
     parser.add_argument("--wm-hidden", type=int, default=256)
     parser.add_argument(
