@@ -253,7 +253,7 @@ def main() -> int:
     parser.add_argument(
         "--halt-multiple",
         type=float,
-        default=2.0,
+        default=1.0,
         help="imagined episodes halt above this x the held-out disagreement p99",
     )
     parser.add_argument(
