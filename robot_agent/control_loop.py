@@ -70,6 +70,7 @@ class _Episode:
     transition: pb.Transition | None = None
     ending: tuple[int, str] | None = None  # (EpisodeEvent kind, reason) once the last step has run
     success: bool = False
+    label: str | None = None  # the operator's "success" / "failure": this tick's step is the last
 
 
 class ControlLoop:
@@ -275,6 +276,7 @@ class ControlLoop:
             return False
         if tick.label is not None:
             episode.success = episode.success or tick.label == "success"
+            episode.label = tick.label
             episode.ending = (pb.EpisodeEvent.ENDED, f"labelled {tick.label} by the operator")
         self._advice = tick.advice
         return tick.action
@@ -300,7 +302,11 @@ class ControlLoop:
         self._last_executed = safe
         self.stats.actions_executed += 1
         episode.step += 1
-        episode.success = episode.success or outcome.success
+        # An operator's label makes this step the last, and says so in its transition: success ends
+        # the task (terminated), failure cuts the episode short (truncated). The trainer then sees
+        # the end with the step, and a human reward source pays on it.
+        labelled_success, labelled_failure = episode.label == "success", episode.label == "failure"
+        episode.success = episode.success or outcome.success or labelled_success
         human_list = []
         if intervened:  # ``action`` is the human's; keep the policy's (if it sent one) beside it
             self.stats.intervened_ticks += 1
@@ -316,15 +322,15 @@ class ControlLoop:
             intervened=intervened,
             human_action=human_list,
             reward=outcome.reward,
-            terminated=outcome.terminated,
-            truncated=outcome.truncated or episode.step >= self.spec.max_episode_steps,
-            success=outcome.success,
+            terminated=outcome.terminated or labelled_success,
+            truncated=outcome.truncated or episode.step >= self.spec.max_episode_steps or labelled_failure,
+            success=outcome.success or labelled_success,
             safety_events=events,
             policy_version=self.intake.policy_version if policy_list else 0,
         )
         if intervened and policy_action is None:
             self.ledger.await_policy(episode.transition)
-        if outcome.terminated or episode.transition.truncated:
+        if episode.label is None and (outcome.terminated or episode.transition.truncated):
             reason = "terminated" if outcome.terminated else "truncated"
             episode.ending = (pb.EpisodeEvent.ENDED, reason)
 

@@ -256,6 +256,45 @@ def test_a_classifier_rewards_and_ends_episodes_of_a_twin_that_hides_its_reward(
     assert trained["success"].any()
 
 
+def test_a_humans_labels_are_the_rewards_of_a_twin_that_hides_its_own(tmp_path):
+    """reward.source=human: the operator's success/failure label ends each robot episode and is its
+    reward (1 at the last step for success, 0 for failure), in training and in the recorded dataset."""
+    from protos.lerobot_reader import read_episodes, read_frames
+    from robot_agent.teleop import TeleopReading, make_teleop
+    from robot_agent.teleop.replay import write_trace
+
+    idle = [TeleopReading()] * 3
+    readings = ([*idle, TeleopReading(label="success"), *idle, TeleopReading(label="failure")]) * 30
+    write_trace(tmp_path / "trace.jsonl", readings)
+    config = train_config(tmp_path, "train.min_robots=1", "reward.source=human")
+    link, started, outcome = {}, threading.Event(), {}
+    thread = threading.Thread(
+        target=lambda: outcome.setdefault(
+            "p", train(config, lambda s: (link.setdefault("server", s), started.set()))
+        ),
+        daemon=True,
+    )
+    thread.start()
+    assert started.wait(30)
+    device = make_teleop("replay", {"path": str(tmp_path / "trace.jsonl")})
+    hidden = {**TWIN, "cameras": [], "report_reward": False}
+    agent = start_agent(link["server"].port, tmp_path / "spool", robot_id="r", driver=hidden, teleop=device)
+    try:
+        thread.join(240)
+        assert not thread.is_alive(), "training did not finish"
+    finally:
+        agent.stop()
+    robot = [row for row in metrics(tmp_path / "serve" / "train") if row.get("source/robot:r/episodes")]
+    assert robot and max(row["source/robot:r/success_rate"] for row in robot) > 0
+    assert min(row["source/robot:r/success_rate"] for row in robot) < 1  # the failures count as failures
+    episodes, frames = read_episodes(tmp_path / "ds"), read_frames(tmp_path / "ds")
+    labelled = episodes[episodes["reward_source"] == "human"]
+    assert labelled["success"].any() and not labelled["success"].all()
+    for _, episode in labelled.iterrows():
+        rewards = frames[frames["episode_index"] == episode["episode_index"]]["next.reward"].to_numpy()
+        assert rewards[:-1].sum() == 0 and rewards[-1] == (1.0 if episode["success"] else 0.0)
+
+
 def test_a_classifier_for_another_spec_is_refused(tmp_path):
     from trainer.server.reward_source import reward_factory
 

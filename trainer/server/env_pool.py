@@ -246,8 +246,8 @@ class EnvPool:
             robot_terminated = bool(outcome.observations[k].transition.terminated) if played else False
             if not judged_end:
                 slot.last = judge.at_end(outcome.end, slot.last)
-                if played:
-                    out.rewards[0, k] = slot.last.reward  # a human's label pays at the end
+                if played:  # a human's label pays, and succeeds, at the end
+                    out.rewards[0, k], out.success[0, k] = slot.last.reward, slot.last.success
             out.terminated[0, k] = judged_end or robot_terminated
             out.truncated[0, k] = not out.terminated[0, k]
             out.final_obs = [select_row(out.obs, 0)]
