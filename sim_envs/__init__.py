@@ -10,7 +10,7 @@ select_gl_backend()  # must run before anything imports mujoco
 
 import gymnasium as _gym  # noqa: E402
 
-from sim_envs.registry import ENV_IDS, make  # noqa: E402
+from sim_envs.registry import ENV_IDS, SUITE_IDS, make  # noqa: E402
 from sim_envs.vector import make_vector  # noqa: E402
 
 # No passive env checker: gymnasium >= 1.4's refuses an empty Dict space, which a state-only env
@@ -23,5 +23,8 @@ for _env_id, _task in ENV_IDS.items():
             kwargs={"task": _task},
             disable_env_checker=True,
         )
+for _env_id, _entry_point in SUITE_IDS.items():  # their simulators are imported when one is made
+    if _env_id not in _gym.registry:
+        _gym.register(id=_env_id, entry_point=_entry_point, disable_env_checker=True)
 
 __all__ = ["ENV_IDS", "make", "make_vector"]

@@ -70,6 +70,9 @@ class FrankaEnvConfig:
     terminate_on_success: bool = False
     max_episode_steps: int = 0  # 0 means the task's default
     privileged_state: bool = True  # False: proprioception only, as on the real robot (image policies)
+    # With privileged_state=False: add every object's pose but nothing that names the task's target
+    # (what a perception module gives a real arm); the instruction alone says which cube to lift.
+    object_state: bool = False
     initial_joint_noise: float = 0.02
     render_size: int = 256
     randomization: DomainRandomization = field(default_factory=DomainRandomization)
@@ -96,6 +99,11 @@ class FrankaEnvConfig:
         if substeps < 1 or abs(substeps * self.physics_dt * self.control_hz - 1.0) > 1e-6:
             raise ValueError(
                 f"control_hz={self.control_hz} must divide the physics rate {1 / self.physics_dt:g} Hz"
+            )
+        if self.object_state and self.privileged_state:
+            raise ValueError(
+                "object_state=true needs privileged_state=false (the privileged state already holds "
+                "the objects, and the task's target)"
             )
         latency_s = self.randomization.control_latency_ms[1] / 1000.0
         if latency_s >= 1.0 / self.control_hz:
@@ -180,6 +188,8 @@ class FrankaEnv(gym.Env):
     # -- contract ------------------------------------------------------------------------------
     def _build_spec(self) -> EnvSpec:
         cfg = self.cfg
+        if cfg.object_state and not self.task.object_fields():
+            raise ValueError(f"object_state=true: task {cfg.task!r} has no objects to show")
         if cfg.action_mode == EE_DELTA_POSE_GRIPPER:
             action = ee_delta_action_space(rotation=cfg.action_rotation)
         else:
@@ -195,7 +205,7 @@ class FrankaEnv(gym.Env):
         return EnvSpec(
             name=f"rlinf/Franka{''.join(p.title() for p in cfg.task.split('_'))}-v0",
             cameras=cameras,
-            state_fields=PROPRIO_FIELDS + (self.task.state_fields() if cfg.privileged_state else ()),
+            state_fields=PROPRIO_FIELDS + self._shown_task_fields(),
             action=action,
             control_hz=cfg.control_hz,
             instruction=self.task.instruction,
@@ -368,8 +378,18 @@ class FrankaEnv(gym.Env):
         self.data.ctrl[self._gripper_ctrl] = command.gripper_width
 
     # -- observation ---------------------------------------------------------------------------
+    def _shown_task_fields(self) -> tuple:
+        if self.cfg.privileged_state:
+            return self.task.state_fields()
+        return self.task.object_fields() if self.cfg.object_state else ()
+
     def _observation(self) -> dict[str, Any]:
-        state = self.privileged_state() if self.cfg.privileged_state else self._proprio()
+        if self.cfg.privileged_state:
+            state = self.privileged_state()
+        elif self.cfg.object_state:
+            state = np.concatenate([self._proprio(), self.task.object_state(self.scene)]).astype(np.float32)
+        else:
+            state = self._proprio()
         return {"images": self._render_cameras(), "state": state, "instruction": self.task.instruction}
 
     def _proprio(self) -> np.ndarray:

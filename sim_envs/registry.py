@@ -15,7 +15,12 @@ ENV_IDS = {
     "rlinf/FrankaPickLift-v0": "pick_lift",
     "rlinf/FrankaPickColor-v0": "pick_color",
 }
+# Other simulators' suites, each behind its own adapter (imported only when such an env is made).
+SUITE_IDS = {
+    "rlinf/MetaWorld-v0": "sim_envs.adapters.metaworld:MetaWorldEnv",
+}
 GYMNASIUM = "gymnasium"  # what check_env_id returns for an outside gymnasium env
+SUITE = "suite"  # what check_env_id returns for one of SUITE_IDS
 
 
 class UnknownEnvError(ValueError):
@@ -26,6 +31,8 @@ def check_env_id(env_id: str, module: str = "") -> str:
     """The task behind ``env_id`` (``gymnasium`` for an outside env), or an error listing the known ids."""
     if env_id in ENV_IDS:
         return ENV_IDS[env_id]
+    if env_id in SUITE_IDS:
+        return SUITE
     import gymnasium
 
     from sim_envs.adapters.gymnasium import import_env_module
@@ -38,15 +45,28 @@ def check_env_id(env_id: str, module: str = "") -> str:
         if module
         else " (an outside gymnasium env: name the module that registers it in env.kwargs.module)"
     )
-    raise UnknownEnvError(f"unknown env id {env_id!r}; known: {sorted(ENV_IDS)}{hint}")
+    raise UnknownEnvError(f"unknown env id {env_id!r}; known: {sorted(ENV_IDS) + sorted(SUITE_IDS)}{hint}")
 
 
 def make(env_id: str, **config: Any):
     """Build one env (unwrapped, with ``env_spec``) from an id and config overrides."""
-    if check_env_id(env_id, config.get("module", "")) == GYMNASIUM:
+    kind = check_env_id(env_id, config.get("module", ""))
+    if kind == GYMNASIUM:
         from sim_envs.adapters.gymnasium import GymnasiumAdapter
 
         return GymnasiumAdapter(env_id, **config)
+    if kind == SUITE:
+        import importlib
+
+        module, name = SUITE_IDS[env_id].split(":")
+        return _make_suite_env(env_id, getattr(importlib.import_module(module), name), config)
     from sim_envs.franka_env import FrankaEnv
 
     return FrankaEnv(task=ENV_IDS[env_id], **config)
+
+
+def _make_suite_env(env_id: str, env_class: type, config: dict[str, Any]):
+    try:
+        return env_class(**config)
+    except TypeError as exc:  # e.g. a Franka preset's env.kwargs handed to another suite
+        raise ValueError(f"{env_id} does not take env.kwargs {sorted(config)}: {exc}") from None

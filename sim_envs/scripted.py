@@ -177,10 +177,17 @@ class ExpertEpisode:
     successes: np.ndarray = field(default_factory=lambda: np.zeros(0, bool))  # [T]: the task was achieved
 
 
-def play_expert(env, seed: int) -> ExpertEpisode:
+def play_expert(env, seed: int, action_noise: float = 0.0) -> ExpertEpisode:
     """Run the scripted controller for one episode of a ``FrankaEnv`` from ``reset(seed)``. The expert
-    reads the privileged state (e.g. the goal) even when the env does not show it to the policy."""
+    reads the privileged state (e.g. the goal) even when the env does not show it to the policy.
+
+    ``action_noise`` > 0 (DART, Laskey et al. 2017): the env carries out the expert's action plus
+    Gaussian noise of that standard deviation (in the action's [-1, 1] units; the gripper is left
+    alone), while the episode records the expert's own action as the label. The demos then show how
+    to come back from the small drifts a cloned policy makes, which clean demos never visit."""
     expert = scripted_policy(env.privileged_spec())
+    rng = np.random.default_rng(seed)
+    low, high = np.asarray(env.env_spec.action.low), np.asarray(env.env_spec.action.high)
     obs, _ = env.reset(seed=seed)
     states, actions, rewards, successes = [], [], [], []
     images: dict[str, list[np.ndarray]] = {name: [] for name in env.env_spec.camera_names}
@@ -191,7 +198,12 @@ def play_expert(env, seed: int) -> ExpertEpisode:
         actions.append(action)
         for name in images:
             images[name].append(obs["images"][name])
-        obs, reward, terminated, truncated, info = env.step(action)
+        executed = action
+        if action_noise > 0:
+            noise = rng.normal(0.0, action_noise, action.shape).astype(np.float32)
+            noise[-1] = 0.0  # the gripper command stays the expert's
+            executed = np.clip(action + noise, low, high).astype(np.float32)
+        obs, reward, terminated, truncated, info = env.step(executed)
         rewards.append(reward)
         successes.append(bool(info.get("success", False)))
         success = successes[-1]

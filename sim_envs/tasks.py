@@ -51,8 +51,13 @@ class Task(Protocol):
 
     def state_fields(self) -> tuple[StateField, ...]: ...
     def task_state(self, scene: SceneView) -> np.ndarray: ...
+    def object_fields(self) -> tuple[StateField, ...]: ...
+    def object_state(self, scene: SceneView) -> np.ndarray: ...
     def reset(self, scene: SceneView, rng: np.random.Generator) -> None: ...
     def evaluate(self, scene: SceneView) -> TaskResult: ...
+
+
+_CUBE_FIELDS = (StateField("cube_pos", 3), StateField("cube_quat", 4), StateField("cube_rel_tcp", 3))
 
 
 def _shaped_distance(distance: float, scale: float = 10.0) -> float:
@@ -77,6 +82,12 @@ class ReachTask:
 
     def task_state(self, scene: SceneView) -> np.ndarray:
         return np.concatenate([scene.goal_pos, scene.goal_pos - scene.tcp_pos])
+
+    def object_fields(self) -> tuple[StateField, ...]:
+        return ()  # the goal is a point in the air, not an object a perception module could see
+
+    def object_state(self, scene: SceneView) -> np.ndarray:
+        return np.zeros(0)
 
     def reset(self, scene: SceneView, rng: np.random.Generator) -> None:
         scene.place_goal(rng.uniform(REACH_GOAL_LOW, REACH_GOAL_HIGH))
@@ -116,6 +127,12 @@ class PushTask:
             ]
         )
 
+    def object_fields(self) -> tuple[StateField, ...]:
+        return _CUBE_FIELDS
+
+    def object_state(self, scene: SceneView) -> np.ndarray:
+        return np.concatenate([scene.cube_pos, scene.cube_quat, scene.cube_pos - scene.tcp_pos])
+
     def reset(self, scene: SceneView, rng: np.random.Generator) -> None:
         cube_xy = _sample_cube_xy(rng)
         scene.place_cube(np.array([*cube_xy, scene.cube_half_size]), rng.uniform(-np.pi, np.pi))
@@ -153,9 +170,15 @@ class PickLiftTask:
     lift_height = 0.05
 
     def state_fields(self) -> tuple[StateField, ...]:
-        return (StateField("cube_pos", 3), StateField("cube_quat", 4), StateField("cube_rel_tcp", 3))
+        return _CUBE_FIELDS
 
     def task_state(self, scene: SceneView) -> np.ndarray:
+        return self.object_state(scene)
+
+    def object_fields(self) -> tuple[StateField, ...]:
+        return _CUBE_FIELDS
+
+    def object_state(self, scene: SceneView) -> np.ndarray:
         return np.concatenate([scene.cube_pos, scene.cube_quat, scene.cube_pos - scene.tcp_pos])
 
     def reset(self, scene: SceneView, rng: np.random.Generator) -> None:
@@ -211,6 +234,16 @@ class PickColorTask:
         cubes = [scene.cube_pose_of(color)[0] for color in self.colors]
         onehot = [float(color == self.target) for color in self.colors]
         return np.concatenate([pos, quat, pos - scene.tcp_pos, *cubes, onehot])
+
+    def object_fields(self) -> tuple[StateField, ...]:
+        n = len(self.colors)
+        return (StateField("cubes_pos", 3 * n), StateField("cubes_rel_tcp", 3 * n))
+
+    def object_state(self, scene: SceneView) -> np.ndarray:
+        """Every cube's position in colour order, absolute and from the TCP: nothing says which
+        one the instruction names."""
+        cubes = [scene.cube_pose_of(color)[0] for color in self.colors]
+        return np.concatenate([*cubes, *(c - scene.tcp_pos for c in cubes)])
 
     def reset(self, scene: SceneView, rng: np.random.Generator) -> None:
         placed: list[np.ndarray] = []

@@ -37,12 +37,20 @@ class SimVectorEnv:
         backend: str = "inline",
         num_workers: int | None = None,
         env_config: dict[str, Any] | None = None,
+        python: str = "",
     ) -> None:
         if num_envs < 1:
             raise ValueError(f"num_envs must be >= 1, got {num_envs}")
         if backend not in ("inline", "subprocess"):
             raise ValueError(f"backend must be 'inline' or 'subprocess', got {backend!r}")
+        if python and backend != "subprocess":
+            raise ValueError(f"a worker interpreter (python={python!r}) needs backend='subprocess'")
+        if python and not os.access(python, os.X_OK):
+            raise ValueError(
+                f"worker interpreter {python!r} is not an executable (a suite's venv: scripts/sim_venv.sh SUITE)"
+            )
         self.env_id, self.num_envs, self.backend = env_id, num_envs, backend
+        self.python = python or sys.executable
         config = dict(env_config or {})
         self.env_config = dict(config)
         if backend == "inline":
@@ -63,7 +71,7 @@ class SimVectorEnv:
         for count in counts:
             parent_sock, child_sock = socket.socketpair()
             proc = subprocess.Popen(
-                [sys.executable, "-c", _WORKER_MAIN, str(child_sock.fileno())],
+                [self.python, "-c", _WORKER_MAIN, str(child_sock.fileno())],
                 pass_fds=[child_sock.fileno()],
                 env={**os.environ, "PYTHONUNBUFFERED": "1"},
             )
@@ -188,8 +196,18 @@ class SimVectorEnv:
 
 
 def make_vector(
-    env_id: str, num_envs: int, *, backend: str = "inline", num_workers: int | None = None, **config: Any
+    env_id: str,
+    num_envs: int,
+    *,
+    backend: str = "inline",
+    num_workers: int | None = None,
+    python: str = "",
+    **config: Any,
 ) -> SimVectorEnv:
-    """Build a :class:`SimVectorEnv` of ``num_envs`` copies of one env."""
-    check_env_id(env_id, config.get("module", ""))
-    return SimVectorEnv(env_id, num_envs, backend=backend, num_workers=num_workers, env_config=config)
+    """Build a :class:`SimVectorEnv` of ``num_envs`` copies of one env. ``python``: the interpreter the
+    subprocess workers run (a suite's own venv, e.g. ``.venv-metaworld/bin/python``)."""
+    if not python:  # another interpreter's workers check the id themselves (its modules may not import here)
+        check_env_id(env_id, config.get("module", ""))
+    return SimVectorEnv(
+        env_id, num_envs, backend=backend, num_workers=num_workers, env_config=config, python=python
+    )

@@ -124,7 +124,11 @@ def _demos(args: argparse.Namespace) -> int:
         raise ValueError(
             f"--env-kwargs must be a YAML mapping, e.g. '{{cameras: [front]}}'; got {args.env_kwargs!r}"
         )
-    summary = record_expert_demos(DemoConfig(args.env, args.episodes, args.out, args.seed, True, kwargs))
+    if args.action_noise < 0:
+        raise ValueError(f"--action-noise must be >= 0, got {args.action_noise}")
+    summary = record_expert_demos(
+        DemoConfig(args.env, args.episodes, args.out, args.seed, True, kwargs, args.action_noise)
+    )
     print(
         f"{summary.written} episodes ({summary.frames} frames) of {summary.played} played -> {summary.root}"
     )
@@ -189,6 +193,13 @@ def build_parser() -> argparse.ArgumentParser:
     demos.add_argument("--episodes", type=int, default=20)
     demos.add_argument("--out", default="runs/demos", help="the dataset folder (appended to if it exists)")
     demos.add_argument("--seed", type=int, default=10_000)
+    demos.add_argument(
+        "--action-noise",
+        type=float,
+        default=0.0,
+        help="DART: carry out the expert's actions plus Gaussian noise of this std (action units); "
+        "the recorded labels stay the expert's",
+    )
     demos.add_argument(
         "--env-kwargs",
         default="",

@@ -25,6 +25,8 @@ class DemoConfig:
     seed: int = DEMO_SEED
     only_successful: bool = True  # keep the expert's failures out of the dataset
     env_kwargs: dict[str, Any] = field(default_factory=dict)
+    # DART: the env carries out the expert's action plus this much Gaussian noise; the label stays clean.
+    action_noise: float = 0.0
 
 
 @dataclass(frozen=True)
@@ -59,7 +61,7 @@ def record_expert_demos(config: DemoConfig, progress: bool = True) -> DemoSummar
                     raise RuntimeError(
                         f"the scripted expert succeeded in only {written} of {played} episodes of {config.env_id}"
                     )
-                episode = play_expert(env, seed=config.seed + played)
+                episode = play_expert(env, seed=config.seed + played, action_noise=config.action_noise)
                 played += 1
                 if config.only_successful and not episode.success:
                     continue

@@ -58,6 +58,7 @@ def make_sim_envs(config: TrainConfig):
         config.env.num_envs,
         backend=config.env.backend,
         num_workers=config.env.num_workers,
+        python=config.env.python,
         **config.env.kwargs,
     )
 
@@ -95,6 +96,11 @@ class Runner:
             # Envs, inference and updates live in Ray workers; one object plays venv and algorithm.
             from trainer.distributed.session import build_distributed
 
+            if cfg.env.python:
+                raise ConfigError(
+                    "env.python applies to sequential runs (cluster.placement=sequential); Ray's env "
+                    "workers step their envs in their own interpreter"
+                )
             if cfg.run.device not in ("cpu", "auto"):
                 raise ConfigError(
                     f"run.device={cfg.run.device!r} applies to sequential runs; on Ray each worker's "
@@ -187,9 +193,10 @@ class Runner:
         return {f"eval/{k.removeprefix('eval_')}": v for k, v in stats.items()}
 
     def _greedy_episodes(self, policy, episodes: int, seed: int, video: Path | None) -> dict[str, float]:
-        """Greedy success and return in the run's env; in a world model, imagined and without a video."""
+        """Greedy success and return in the run's env; in a world model (imagined) or in another
+        interpreter's workers (``env.python``), through the vector env and without a video."""
         cfg = self.config
-        if cfg.env.id != WORLD_MODEL_ENV_ID:
+        if cfg.env.id != WORLD_MODEL_ENV_ID and not cfg.env.python:
             return evaluate_policy(policy, cfg.env.id, dict(cfg.env.kwargs), episodes, seed, video_path=video)
         from trainer.algorithms.common import play_greedy
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 import pandas as pd
+import pytest
 
 import sim_envs
 from sim_envs.scripted import ScriptedPickLift
@@ -65,3 +66,30 @@ def test_recorded_demos_keep_each_episodes_instruction(tmp_path):
     episodes = pd.read_parquet(next((tmp_path / "ds" / "meta" / "episodes").rglob("*.parquet")))
     assert len(tasks) >= 2 and all(t.startswith("lift the ") for t in tasks.index)
     assert all(len(t) == 1 and t[0] in tasks.index for t in episodes["tasks"])
+
+
+def test_object_state_shows_every_cube_but_not_which_one_is_named():
+    env = sim_envs.make("rlinf/FrankaPickColor-v0", cameras=(), privileged_state=False, object_state=True)
+    names = [f.name for f in env.env_spec.state_fields]
+    assert names[-2:] == ["cubes_pos", "cubes_rel_tcp"] and "target_color" not in names
+    seen = set()
+    for seed in range(12):
+        obs, _ = env.reset(seed=seed)
+        privileged = env.privileged_state()
+        full = env.privileged_spec().state_slices()
+        shown = env.env_spec.state_slices()
+        np.testing.assert_allclose(obs["state"][shown["cubes_pos"]], privileged[full["cubes_pos"]], atol=1e-6)
+        np.testing.assert_allclose(
+            obs["state"][shown["cubes_rel_tcp"]],
+            privileged[full["cubes_pos"]] - np.tile(privileged[full["tcp_pos"]], 3),
+            atol=1e-6,
+        )
+        seen.add(obs["instruction"])
+    assert len(seen) == 3  # the instruction alone says which cube: it varies over the same layout of fields
+
+
+def test_object_state_conflicts_and_no_objects_are_one_line_errors():
+    with pytest.raises(ValueError, match="object_state=true needs privileged_state=false"):
+        sim_envs.make("rlinf/FrankaPickColor-v0", cameras=(), object_state=True)
+    with pytest.raises(ValueError, match="task 'reach' has no objects to show"):
+        sim_envs.make("rlinf/FrankaReach-v0", cameras=(), privileged_state=False, object_state=True)

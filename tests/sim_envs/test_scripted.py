@@ -85,3 +85,18 @@ def test_push_reward_rises_in_stages():
     rewards = [task.evaluate(s).dense_reward for s in (far, behind, halfway)]
     assert rewards[0] < 0.3 < rewards[1] < rewards[2] < 1.0
     assert task.evaluate(done).success and task.evaluate(done).dense_reward == 1.0
+
+
+def test_dart_noise_moves_the_arm_but_the_labels_stay_the_experts():
+    from sim_envs.scripted import play_expert, scripted_policy
+
+    env = sim_envs.make("rlinf/FrankaPickLift-v0", cameras=(), action_rotation=False)
+    clean = play_expert(env, seed=5)
+    noisy = play_expert(env, seed=5, action_noise=0.3)
+    np.testing.assert_array_equal(clean.states[0], noisy.states[0])  # the same start
+    assert np.abs(clean.states[1:10] - noisy.states[1:10]).max() > 1e-3  # the noise was carried out
+    # Every recorded label is what the expert says on the states the noisy run visited.
+    expert = scripted_policy(env.privileged_spec())
+    labels = np.stack([expert.act({"state": s}) for s in noisy.states])
+    np.testing.assert_allclose(labels, noisy.actions, atol=1e-6)
+    assert not np.allclose(labels[:10], clean.actions[:10])

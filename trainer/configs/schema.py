@@ -35,6 +35,9 @@ class EnvConfig:
     num_envs: int = 32
     backend: str = "subprocess"  # "inline" or "subprocess"
     num_workers: int = 2
+    # The interpreter the subprocess workers run: a suite with its own venv (scripts/sim_venv.sh),
+    # e.g. .venv-metaworld/bin/python. Empty: this one.
+    python: str = ""
     # The env's own config keys; every preset sets them (a Franka task's differ from another env's).
     kwargs: dict[str, Any] = field(default_factory=dict)
 
