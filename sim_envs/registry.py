@@ -19,6 +19,10 @@ ENV_IDS = {
 SUITE_IDS = {
     "rlinf/MetaWorld-v0": "sim_envs.adapters.metaworld:MetaWorldEnv",
 }
+# Suites that are batched by nature (one env object steps N envs on a GPU): vector envs only.
+VECTOR_SUITE_IDS = {
+    "rlinf/IsaacLab-v0": "sim_envs.adapters.isaaclab:IsaacLabVectorEnv",
+}
 GYMNASIUM = "gymnasium"  # what check_env_id returns for an outside gymnasium env
 SUITE = "suite"  # what check_env_id returns for one of SUITE_IDS
 
@@ -31,7 +35,7 @@ def check_env_id(env_id: str, module: str = "") -> str:
     """The task behind ``env_id`` (``gymnasium`` for an outside env), or an error listing the known ids."""
     if env_id in ENV_IDS:
         return ENV_IDS[env_id]
-    if env_id in SUITE_IDS:
+    if env_id in SUITE_IDS or env_id in VECTOR_SUITE_IDS:
         return SUITE
     import gymnasium
 
@@ -45,7 +49,9 @@ def check_env_id(env_id: str, module: str = "") -> str:
         if module
         else " (an outside gymnasium env: name the module that registers it in env.kwargs.module)"
     )
-    raise UnknownEnvError(f"unknown env id {env_id!r}; known: {sorted(ENV_IDS) + sorted(SUITE_IDS)}{hint}")
+    raise UnknownEnvError(
+        f"unknown env id {env_id!r}; known: {sorted(ENV_IDS) + sorted(SUITE_IDS) + sorted(VECTOR_SUITE_IDS)}{hint}"
+    )
 
 
 def make(env_id: str, **config: Any):
@@ -55,18 +61,26 @@ def make(env_id: str, **config: Any):
         from sim_envs.adapters.gymnasium import GymnasiumAdapter
 
         return GymnasiumAdapter(env_id, **config)
+    if env_id in VECTOR_SUITE_IDS:
+        raise ValueError(f"{env_id} is batched (one object steps every env): build it with make_vector")
     if kind == SUITE:
-        import importlib
-
-        module, name = SUITE_IDS[env_id].split(":")
-        return _make_suite_env(env_id, getattr(importlib.import_module(module), name), config)
+        return make_suite_env(env_id, load_entry_point(SUITE_IDS[env_id]), **config)
     from sim_envs.franka_env import FrankaEnv
 
     return FrankaEnv(task=ENV_IDS[env_id], **config)
 
 
-def _make_suite_env(env_id: str, env_class: type, config: dict[str, Any]):
+def load_entry_point(path: str):
+    """``module:name`` -> the object (a suite's env class), imported only now."""
+    import importlib
+
+    module, name = path.split(":")
+    return getattr(importlib.import_module(module), name)
+
+
+def make_suite_env(env_id: str, env_class, *args: Any, **config: Any):
+    """A suite's env (or batched vector env) from its config, naming keys it does not take."""
     try:
-        return env_class(**config)
+        return env_class(*args, **config)
     except TypeError as exc:  # e.g. a Franka preset's env.kwargs handed to another suite
         raise ValueError(f"{env_id} does not take env.kwargs {sorted(config)}: {exc}") from None

@@ -19,8 +19,8 @@ from typing import Any
 import numpy as np
 
 from protos import ContractError, EnvSpec
-from protos.batch import ChunkResult, EpisodeSummary, stack_obs
-from sim_envs.registry import check_env_id
+from protos.batch import ChunkResult, EpisodeSummary, VectorEnv, stack_obs
+from sim_envs.registry import VECTOR_SUITE_IDS, check_env_id, load_entry_point, make_suite_env
 from sim_envs.vector_worker import EnvSlot
 
 _WORKER_MAIN = "from sim_envs.vector_worker import main; main()"
@@ -203,9 +203,16 @@ def make_vector(
     num_workers: int | None = None,
     python: str = "",
     **config: Any,
-) -> SimVectorEnv:
+) -> VectorEnv:
     """Build a :class:`SimVectorEnv` of ``num_envs`` copies of one env. ``python``: the interpreter the
-    subprocess workers run (a suite's own venv, e.g. ``.venv-metaworld/bin/python``)."""
+    subprocess workers run (a suite's own venv, e.g. ``.venv-metaworld/bin/python``). A batched suite
+    (IsaacLab) is its own vector env: built directly, in this process."""
+    if env_id in VECTOR_SUITE_IDS:
+        if python:
+            raise ValueError(
+                f"{env_id} steps in this process (batched on its device): env.python does not apply"
+            )
+        return make_suite_env(env_id, load_entry_point(VECTOR_SUITE_IDS[env_id]), num_envs, **config)
     if not python:  # another interpreter's workers check the id themselves (its modules may not import here)
         check_env_id(env_id, config.get("module", ""))
     return SimVectorEnv(

@@ -20,6 +20,7 @@ import sim_envs
 from policies import make_policy
 from policies.world_model.env import WORLD_MODEL_ENV_ID
 from protos.atomic_files import write_atomic
+from sim_envs.registry import VECTOR_SUITE_IDS
 from trainer.algorithms.registry import algorithm_class
 from trainer.checkpoint import (
     Progress,
@@ -96,6 +97,10 @@ class Runner:
             # Envs, inference and updates live in Ray workers; one object plays venv and algorithm.
             from trainer.distributed.session import build_distributed
 
+            if cfg.env.id in VECTOR_SUITE_IDS:
+                raise ConfigError(
+                    f"{cfg.env.id} runs with cluster.placement=sequential: the simulator owns its process"
+                )
             if cfg.env.python:
                 raise ConfigError(
                     "env.python applies to sequential runs (cluster.placement=sequential); Ray's env "
@@ -193,10 +198,12 @@ class Runner:
         return {f"eval/{k.removeprefix('eval_')}": v for k, v in stats.items()}
 
     def _greedy_episodes(self, policy, episodes: int, seed: int, video: Path | None) -> dict[str, float]:
-        """Greedy success and return in the run's env; in a world model (imagined) or in another
-        interpreter's workers (``env.python``), through the vector env and without a video."""
+        """Greedy success and return in the run's env; in a world model (imagined), a batched suite
+        (IsaacLab) or another interpreter's workers (``env.python``), through the vector env and
+        without a video."""
         cfg = self.config
-        if cfg.env.id != WORLD_MODEL_ENV_ID and not cfg.env.python:
+        batched = cfg.env.id == WORLD_MODEL_ENV_ID or cfg.env.id in VECTOR_SUITE_IDS or cfg.env.python
+        if not batched:
             return evaluate_policy(policy, cfg.env.id, dict(cfg.env.kwargs), episodes, seed, video_path=video)
         from trainer.algorithms.common import play_greedy
 

@@ -6,7 +6,7 @@ MetaWorld's 50 v3 task names).
   same episode every time (gymnasium's ``Meta-World/MT1`` draws from a generator seeded once).
 * **Observation.** The 39-dim state as named fields (hand, gripper, two objects, the previous
   frame's hand/gripper/objects, goal); ``cameras`` renders MetaWorld's named cameras at
-  ``image_size``; the instruction is the task's name in words ("pick place").
+  ``image_size`` (shadow maps off unless ``shadows``, as in our Franka scenes); the instruction is the task's name in words ("pick place").
 * **Action.** ``[dx, dy, dz, gripper]`` in [-1, 1], kind ``box``: a Sawyer no robot of ours runs.
 * **Success / horizon.** ``info["success"]``; episodes truncate at ``max_episode_steps`` (at most
   MetaWorld's own 500).
@@ -82,6 +82,7 @@ class MetaWorldEnv(gym.Env):
         max_episode_steps: int = 150,
         control_hz: float = 80.0,  # MetaWorld's frame skip of 5 at a 2.5 ms timestep
         terminate_on_success: bool = False,
+        shadows: bool = False,  # MetaWorld's 4096 px shadow map: 3x slower offscreen on a CPU
         render_mode: str | None = None,
         render_size: int = 160,
     ) -> None:
@@ -94,6 +95,8 @@ class MetaWorldEnv(gym.Env):
             raise AdapterError(f"{ENV_ID}: unknown camera {unknown[0]!r}; MetaWorld has {list(CAMERAS)}")
         self.benchmark = metaworld.MT1(task, seed=0)
         self.env = self.benchmark.train_classes[task]()
+        if not shadows:
+            self.env.model.vis.quality.shadowsize = 0
         horizon = int(self.env.max_path_length)
         if not 1 <= max_episode_steps <= horizon:
             raise AdapterError(

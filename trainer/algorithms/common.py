@@ -10,7 +10,7 @@ import torch
 from torch.nn import functional
 
 from policies import Policy
-from protos.batch import ChunkResult, EpisodeSummary, VectorEnv, stack_obs
+from protos.batch import ChunkResult, EpisodeSummary, VectorEnv, select_row, stack_obs
 
 
 @dataclass
@@ -90,11 +90,13 @@ def _stack_obs(observations: list[dict[str, Any]]) -> dict[str, Any]:
 
 
 def bootstrap_values(policy: Policy, result: ChunkResult) -> torch.Tensor:
-    """[N]: V(final obs) for envs whose episode was truncated (not terminated) in ``result``, else 0."""
+    """[N]: V(final obs) for envs whose episode was truncated (not terminated) in ``result``, else 0.
+    An env that does not return the last observation (IsaacLab) bootstraps from the next start."""
     boot = torch.zeros(len(result.final_obs))
     truncated = [i for i in range(len(boot)) if result.truncated[i].any() and not result.terminated[i].any()]
     if truncated and policy.has_value_head:
-        final = stack_obs([result.final_obs[i] for i in truncated])
+        next_obs = result.next_obs()
+        final = stack_obs([select_row(next_obs, i) for i in truncated])
         with torch.no_grad():
             boot[truncated] = policy.value(final).cpu()
     return boot

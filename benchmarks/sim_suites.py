@@ -1,0 +1,252 @@
+"""Simulator suites behind the env contract: step rate through our interface against the suite's
+own env, and PPO success against wall time.
+
+For each suite (MetaWorld reach-v3 in its own venv; gymnasium's Pendulum-v1 through the adapter),
+with state only and, where the suite renders, one 128 px camera, the same random actions on
+``--envs`` envs stepped one after another:
+  * raw: the suite's own env (MetaWorld: its task class with ``set_task`` / ``reset`` / ``step``,
+    plus a ``mujoco.Renderer`` for the camera; gymnasium: ``gym.make``), in one process;
+  * adapter: our env class around it, in the same process;
+  * vector: ``SimVectorEnv`` with one-step chunks: for a suite in its own venv, one subprocess worker
+    started from that venv (the raw loop's compute) and two (as ``train`` runs on 2 cores); for an
+    env of the main venv, the inline backend. The target: vector keeps >= 0.85 of raw.
+Medians of ``--repeats`` alternating runs. Then PPO (``--ppo-minutes`` per suite, state) through
+``rlinf-trainer train``: success and return against wall time from its metrics.jsonl.
+
+    python benchmarks/sim_suites.py [--steps 1500] [--repeats 5] [--ppo-minutes 3] [--out FILE]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+
+ROOT = Path(__file__).resolve().parents[1]
+RESULTS = Path(__file__).resolve().parent / "results"
+METAWORLD_PYTHON = ROOT / ".venv-metaworld" / "bin" / "python"
+SUITES = {
+    "metaworld": {"env_id": "rlinf/MetaWorld-v0", "python": str(METAWORLD_PYTHON), "config": "ppo_metaworld",
+                  "kwargs": {"task": "reach-v3", "max_episode_steps": 150}, "camera": "corner"},
+    "gymnasium": {"env_id": "Pendulum-v1", "python": "", "config": "ppo_gym",
+                  "kwargs": {"max_episode_steps": 200}, "camera": None},
+}  # fmt: skip
+
+
+# -- in the suite's own interpreter: raw env and our adapter, one process ------------------------
+class RawMetaWorld:
+    """MetaWorld's own task env, as its MT1 benchmark drives it."""
+
+    def __init__(self, task: str, max_episode_steps: int, camera: str | None, size: int) -> None:
+        import metaworld
+
+        from sim_envs.rendering import make_renderer
+
+        self.benchmark = metaworld.MT1(task, seed=0)
+        self.env = self.benchmark.train_classes[task]()
+        self.env.model.vis.quality.shadowsize = 0  # as the adapter renders by default
+        self.limit, self.camera, self.steps = max_episode_steps, camera, 0
+        self.renderer = make_renderer(self.env.model, size, size) if camera else None
+        self.rng = np.random.default_rng(0)
+
+    def reset(self) -> None:
+        tasks = self.benchmark.train_tasks
+        self.env.set_task(tasks[int(self.rng.integers(len(tasks)))])
+        self.env.reset()
+        self.steps = 0
+
+    def step(self, action: np.ndarray) -> None:
+        self.env.step(action)
+        if self.renderer is not None:
+            self.renderer.update_scene(self.env.data, camera=self.camera)
+            self.renderer.render()
+        self.steps += 1
+        if self.steps >= self.limit:
+            self.reset()
+
+
+class RawGymnasium:
+    def __init__(self, env_id: str, max_episode_steps: int) -> None:
+        import gymnasium as gym
+
+        self.env = gym.make(env_id, max_episode_steps=max_episode_steps)
+
+    def reset(self) -> None:
+        self.env.reset()
+
+    def step(self, action: np.ndarray) -> None:
+        _, _, terminated, truncated, _ = self.env.step(action)
+        if terminated or truncated:
+            self.env.reset()
+
+
+class Ours:
+    def __init__(self, env_id: str, kwargs: dict) -> None:
+        import sim_envs
+
+        self.env = sim_envs.make(env_id, **kwargs)
+
+    def reset(self) -> None:
+        self.env.reset()
+
+    def step(self, action: np.ndarray) -> None:
+        _, _, terminated, truncated, _ = self.env.step(action)
+        if terminated or truncated:
+            self.env.reset()
+
+
+def time_envs(envs: list, actions: np.ndarray) -> float:
+    """Env steps/s of ``envs`` stepped one after another through ``actions`` [T, N, A]."""
+    for env in envs:
+        env.reset()
+    start = time.perf_counter()
+    for step in actions:
+        for env, action in zip(envs, step):
+            env.step(action)
+    return actions.shape[0] * len(envs) / (time.perf_counter() - start)
+
+
+def local_rates(suite: str, camera: bool, steps: int, n: int, repeats: int) -> dict[str, list[float]]:
+    """Raw and adapter rates in this interpreter, alternating repeats."""
+    import sim_envs  # noqa: F401  picks the GL backend before mujoco is imported
+
+    s = SUITES[suite]
+    kwargs = dict(s["kwargs"])
+    if suite == "metaworld":
+        cams = (s["camera"],) if camera else ()
+        raw = [RawMetaWorld(kwargs["task"], kwargs["max_episode_steps"], s["camera"] if camera else None, 128)
+               for _ in range(n)]  # fmt: skip
+        ours = [Ours(s["env_id"], {**kwargs, "cameras": cams, "image_size": 128}) for _ in range(n)]
+        dim = 4
+    else:
+        raw = [RawGymnasium(s["env_id"], kwargs["max_episode_steps"]) for _ in range(n)]
+        ours = [Ours(s["env_id"], kwargs) for _ in range(n)]
+        dim = 1
+    actions = np.random.default_rng(0).uniform(-1, 1, (steps // n, n, dim)).astype(np.float32)
+    if suite == "gymnasium":
+        actions *= 2.0  # Pendulum's torque bounds
+    rates: dict[str, list[float]] = {"raw": [], "adapter": []}
+    time_envs(raw, actions[:10]), time_envs(ours, actions[:10])  # warm-up: renderers, caches
+    for _ in range(repeats):
+        rates["raw"].append(time_envs(raw, actions))
+        rates["adapter"].append(time_envs(ours, actions))
+    return rates
+
+
+# -- in the main interpreter: the vector env and PPO --------------------------------------------
+def vector_rate(suite: str, camera: bool, steps: int, n: int, repeats: int, workers: int) -> list[float]:
+    """``workers`` subprocess workers (from the suite's venv); 0: the inline backend in this process."""
+    import sim_envs
+
+    s = SUITES[suite]
+    kwargs = dict(s["kwargs"])
+    if camera:
+        kwargs.update(cameras=[s["camera"]], image_size=128)
+    if workers:
+        kwargs.update(backend="subprocess", num_workers=workers, python=s["python"])
+    venv = sim_envs.make_vector(s["env_id"], n, **kwargs)
+    dim = venv.spec.action.dim
+    low, high = np.asarray(venv.spec.action.low), np.asarray(venv.spec.action.high)
+    actions = np.random.default_rng(0).uniform(low, high, (steps // n, n, 1, dim)).astype(np.float32)
+    rates = []
+    try:
+        venv.reset(seed=0)
+        for chunk in actions[:10]:
+            venv.chunk_step(chunk)
+        for _ in range(repeats):
+            start = time.perf_counter()
+            for chunk in actions:
+                venv.chunk_step(chunk)
+            rates.append(actions.shape[0] * n / (time.perf_counter() - start))
+    finally:
+        venv.close()
+    return rates
+
+
+def ppo_curve(suite: str, minutes: float, work: Path) -> dict:
+    s = SUITES[suite]
+    out = work / f"ppo-{suite}"
+    overrides = [f"run.output_dir={out}", f"run.max_wall_minutes={minutes}", "run.total_env_steps=100000000",
+                 "run.eval_every=0", "run.final_eval_episodes=16", f"env.kwargs={json.dumps(s['kwargs'])}"]  # fmt: skip
+    if s["python"]:
+        overrides.append(f"env.python={s['python']}")
+    else:
+        overrides.append(f"env.id={s['env_id']}")
+    subprocess.run([str(ROOT / ".venv" / "bin" / "rlinf-trainer"), "train", "--config", s["config"], *overrides],
+                   cwd=ROOT, check=True, stdout=subprocess.DEVNULL)  # fmt: skip
+    rows = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
+    final = json.loads((out / "final_eval.json").read_text())
+    return {
+        "curve": [
+            {k: r.get(k) for k in ("wall_s", "env_steps", "return_mean", "success_rate")} for r in rows
+        ],
+        "final_eval": {k: final[k] for k in ("success_rate", "return_mean", "episodes", "env_steps")},
+    }
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--steps", type=int, default=1500)
+    parser.add_argument("--envs", type=int, default=8)
+    parser.add_argument("--repeats", type=int, default=5)
+    parser.add_argument("--ppo-minutes", type=float, default=3.0)
+    parser.add_argument("--work", default="runs/bench-sim-suites")
+    parser.add_argument("--out", default=str(RESULTS / "sim_suites.json"))
+    parser.add_argument("--local", nargs=2, metavar=("SUITE", "CAMERA"), help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.local:  # run by main() in the suite's interpreter
+        rates = local_rates(args.local[0], args.local[1] == "1", args.steps, args.envs, args.repeats)
+        print(json.dumps(rates))
+        return
+    if not METAWORLD_PYTHON.is_file():
+        sys.exit(f"no MetaWorld venv at {METAWORLD_PYTHON}: bash scripts/sim_venv.sh metaworld")
+    results: dict = {"benchmark": "sim_suites", "settings": vars(args), "suites": {}}
+    for suite, s in SUITES.items():
+        record: dict = {}
+        for camera in (False, True) if s["camera"] else (False,):
+            python = s["python"] or sys.executable
+            local = subprocess.run(
+                [python, __file__, "--local", suite, str(int(camera)), "--steps", str(args.steps),
+                 "--envs", str(args.envs), "--repeats", str(args.repeats)],
+                cwd=ROOT, check=True, capture_output=True, text=True, env={**os.environ, "MUJOCO_GL": "egl"},
+            )  # fmt: skip
+            rates = json.loads(local.stdout.strip().splitlines()[-1])
+            # A suite with its own venv steps in subprocess workers: one (the raw loop's compute) and
+            # two (as train runs on 2 cores). One from the main venv steps inline.
+            for name, workers in (
+                (("vector", 1), ("vector_2_workers", 2)) if s["python"] else (("vector", 0),)
+            ):
+                rates[name] = vector_rate(suite, camera, args.steps, args.envs, args.repeats, workers)
+            medians = {k: statistics.median(v) for k, v in rates.items()}
+            row = {
+                **{f"{k}_steps_per_s": round(v, 1) for k, v in medians.items()},
+                **{f"{k}_over_raw": round(medians[k] / medians["raw"], 3) for k in medians if k != "raw"},
+                "runs": rates,
+            }
+            record["camera_128" if camera else "state"] = row
+            print(f"{suite:10} {'camera' if camera else 'state':7} raw {medians['raw']:8.1f}  adapter "
+                  f"{medians['adapter']:8.1f}  vector {medians['vector']:8.1f} steps/s  "
+                  f"vector/raw {row['vector_over_raw']:.2f}", flush=True)  # fmt: skip
+        if args.ppo_minutes > 0:
+            record["ppo"] = ppo_curve(suite, args.ppo_minutes, Path(args.work))
+            final = record["ppo"]["final_eval"]
+            print(f"{suite:10} PPO {args.ppo_minutes:g} min: final greedy success {final['success_rate']:.2f}, "
+                  f"return {final['return_mean']:.1f} ({final['env_steps']} env steps)", flush=True)  # fmt: skip
+        results["suites"][suite] = record
+    results["machine"] = {"cpus": os.cpu_count(), "python": platform.python_version()}
+    from protos.atomic_files import write_atomic
+
+    write_atomic(Path(args.out), json.dumps(results, indent=2) + "\n")
+    print(f"written to {args.out}")
+
+
+if __name__ == "__main__":
+    main()
