@@ -1,11 +1,13 @@
 """Simulator suites behind the env contract: step rate through our interface against the suite's
 own env, and PPO success against wall time.
 
-For each suite (MetaWorld reach-v3 in its own venv; gymnasium's Pendulum-v1 through the adapter),
+For each suite (ManiSkill3 PushCube-v1 and MetaWorld reach-v3, each in its own venv; gymnasium's
+Pendulum-v1 through the adapter),
 with state only and, where the suite renders, one 128 px camera, the same random actions on
 ``--envs`` envs stepped one after another:
-  * raw: the suite's own env (MetaWorld: its task class with ``set_task`` / ``reset`` / ``step``,
-    plus a ``mujoco.Renderer`` for the camera; gymnasium: ``gym.make``), in one process;
+  * raw: the suite's own env (ManiSkill: ``gym.make`` of one CPU env; MetaWorld: its task class
+    with ``set_task`` / ``reset`` / ``step``, plus a ``mujoco.Renderer`` for the camera; gymnasium:
+    ``gym.make``), in one process;
   * adapter: our env class around it, in the same process;
   * vector: ``SimVectorEnv`` with one-step chunks: for a suite in its own venv, one subprocess worker
     started from that venv (the raw loop's compute) and two (as ``train`` runs on 2 cores); for an
@@ -33,7 +35,10 @@ import numpy as np
 ROOT = Path(__file__).resolve().parents[1]
 RESULTS = Path(__file__).resolve().parent / "results"
 METAWORLD_PYTHON = ROOT / ".venv-metaworld" / "bin" / "python"
+MANISKILL_PYTHON = ROOT / ".venv-maniskill" / "bin" / "python"
 SUITES = {
+    "maniskill": {"env_id": "rlinf/ManiSkill-v0", "python": str(MANISKILL_PYTHON), "config": "ppo_maniskill",
+                  "kwargs": {"task": "PushCube-v1", "max_episode_steps": 50}, "camera": "base_camera"},
     "metaworld": {"env_id": "rlinf/MetaWorld-v0", "python": str(METAWORLD_PYTHON), "config": "ppo_metaworld",
                   "kwargs": {"task": "reach-v3", "max_episode_steps": 150}, "camera": "corner"},
     "gymnasium": {"env_id": "Pendulum-v1", "python": "", "config": "ppo_gym",
@@ -70,6 +75,28 @@ class RawMetaWorld:
             self.renderer.render()
         self.steps += 1
         if self.steps >= self.limit:
+            self.reset()
+
+
+class RawManiSkill:
+    """ManiSkill's own env: one CPU env, as gym.make gives it."""
+
+    def __init__(self, task: str, max_episode_steps: int, camera: str | None, size: int) -> None:
+        import gymnasium as gym
+        import mani_skill.envs  # noqa: F401
+
+        options = {"obs_mode": "rgb", "sensor_configs": {"width": size, "height": size}} if camera else {}
+        self.env = gym.make(task, num_envs=1, sim_backend="physx_cpu", **{"obs_mode": "state", **options})
+        self.limit, self.steps = max_episode_steps, 0
+
+    def reset(self) -> None:
+        self.env.reset()
+        self.steps = 0
+
+    def step(self, action: np.ndarray) -> None:
+        _, _, terminated, _, _ = self.env.step(action)
+        self.steps += 1
+        if bool(terminated) or self.steps >= self.limit:
             self.reset()
 
 
@@ -120,7 +147,13 @@ def local_rates(suite: str, camera: bool, steps: int, n: int, repeats: int) -> d
 
     s = SUITES[suite]
     kwargs = dict(s["kwargs"])
-    if suite == "metaworld":
+    if suite == "maniskill":
+        raw = [RawManiSkill(kwargs["task"], kwargs["max_episode_steps"], s["camera"] if camera else None, 128)
+               for _ in range(n)]  # fmt: skip
+        mode = {"obs_mode": "rgb", "image_size": 128} if camera else {}
+        ours = [Ours(s["env_id"], {**kwargs, **mode}) for _ in range(n)]
+        dim = 8
+    elif suite == "metaworld":
         cams = (s["camera"],) if camera else ()
         raw = [RawMetaWorld(kwargs["task"], kwargs["max_episode_steps"], s["camera"] if camera else None, 128)
                for _ in range(n)]  # fmt: skip
@@ -148,7 +181,9 @@ def vector_rate(suite: str, camera: bool, steps: int, n: int, repeats: int, work
 
     s = SUITES[suite]
     kwargs = dict(s["kwargs"])
-    if camera:
+    if camera and suite == "maniskill":
+        kwargs.update(obs_mode="rgb", image_size=128)
+    elif camera:
         kwargs.update(cameras=[s["camera"]], image_size=128)
     if workers:
         kwargs.update(backend="subprocess", num_workers=workers, python=s["python"])
@@ -206,8 +241,9 @@ def main() -> None:
         rates = local_rates(args.local[0], args.local[1] == "1", args.steps, args.envs, args.repeats)
         print(json.dumps(rates))
         return
-    if not METAWORLD_PYTHON.is_file():
-        sys.exit(f"no MetaWorld venv at {METAWORLD_PYTHON}: bash scripts/sim_venv.sh metaworld")
+    for suite, python in (("metaworld", METAWORLD_PYTHON), ("maniskill", MANISKILL_PYTHON)):
+        if not python.is_file():
+            sys.exit(f"no {suite} venv at {python}: bash scripts/sim_venv.sh {suite}")
     results: dict = {"benchmark": "sim_suites", "settings": vars(args), "suites": {}}
     for suite, s in SUITES.items():
         record: dict = {}

@@ -29,17 +29,8 @@ if [ ! -x "$VENV/bin/python" ]; then
 fi
 PIP=("$VENV/bin/python" -m pip install --disable-pip-version-check -q)
 
-# A bare torch requirement (and plain PyPI's torch==2.13.0) pulls the CUDA build and its nvidia
-# packages (several GB). Prefer PyTorch's CPU wheel index where it is reachable; fall back to the
-# plain pin (a GPU machine then gets the CUDA build, which is what it wants). RLINF_TORCH_INDEX=""
-# skips the CPU index, e.g. on a GPU box.
-TORCH_INDEX="${RLINF_TORCH_INDEX-https://download.pytorch.org/whl/cpu}"
-if [[ ",$EXTRAS," == *",train,"* ]] && ! "$VENV/bin/python" -c "import torch" >/dev/null 2>&1; then
-  echo "[setup] installing torch==2.13.0${TORCH_INDEX:+ (CPU wheel from $TORCH_INDEX, else the plain pin)}"
-  if [ -z "$TORCH_INDEX" ] || ! "${PIP[@]}" --index-url "$TORCH_INDEX" --extra-index-url https://pypi.org/simple \
-      --timeout 15 --retries 1 "torch==2.13.0" 2>/dev/null; then
-    "${PIP[@]}" "torch==2.13.0"
-  fi
+if [[ ",$EXTRAS," == *",train,"* ]]; then
+  bash scripts/install_torch.sh "$VENV"
 fi
 echo "[setup] installing rlinf[$EXTRAS] (editable)"
 "${PIP[@]}" -e ".[$EXTRAS]" 2>&1 | grep -v "^WARNING: Location" || true

@@ -18,6 +18,7 @@ ENV_IDS = {
 # Other simulators' suites, each behind its own adapter (imported only when such an env is made).
 SUITE_IDS = {
     "rlinf/MetaWorld-v0": "sim_envs.adapters.metaworld:MetaWorldEnv",
+    "rlinf/ManiSkill-v0": "sim_envs.adapters.maniskill:ManiSkillEnv",
 }
 # Suites that are batched by nature (one env object steps N envs on a GPU): vector envs only.
 VECTOR_SUITE_IDS = {

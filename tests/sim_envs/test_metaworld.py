@@ -31,20 +31,26 @@ def side_python() -> str:
     return str(SIDE_PYTHON)
 
 
-def test_the_env_checker_passes_and_seeds_fix_the_variation_in_metaworlds_venv(side_python):
+def run_suite_checks(python: str, env_id: str, kwargs: dict, camera: str, *flags: str) -> dict:
+    """tests/sim_envs/suite_checks.py in the suite's venv: its findings."""
     result = subprocess.run(
-        [side_python, str(ROOT / "tests" / "sim_envs" / "metaworld_checks.py")],
+        [python, str(ROOT / "tests" / "sim_envs" / "suite_checks.py"), env_id, json.dumps(kwargs), camera, *flags],
         cwd=ROOT, capture_output=True, text=True, timeout=300, env={**os.environ, "MUJOCO_GL": "egl"},
     )  # fmt: skip
     assert result.returncode == 0, result.stderr[-3000:]
-    found = json.loads(result.stdout.strip().splitlines()[-1])
+    return json.loads(result.stdout.strip().splitlines()[-1])
+
+
+def test_the_env_checker_passes_and_seeds_fix_the_variation_in_metaworlds_venv(side_python):
+    kwargs = {"task": "reach-v3", "cameras": ["corner"], "image_size": 48, "max_episode_steps": 80}
+    found = run_suite_checks(side_python, "rlinf/MetaWorld-v0", kwargs, "corner", "--reach")
     spec = found["spec"]
     assert spec["name"] == "rlinf/MetaWorld-v0" and spec["instruction"] == "reach"
     assert sum(f["size"] for f in spec["state_fields"]) == 39 and spec["action"]["kind"] == "box"
     assert found["same_seed_same_state"] and found["same_seed_same_frame"]
-    assert found["other_seed_other_goal"] and found["variations"][0] != found["variations"][1]
+    assert found["other_seed_other_state"]  # another seed draws another of the 50 variations
     assert found["image"] == [48, 48, 3] and found["image_std"] > 5  # a rendered scene, not a blank
-    assert found["steps_to_truncation"] == 80
+    assert found["steps_to_end"] == 80 and found["ended_by"] == "truncated"
     assert found["controller_success"]  # info["success"] comes through when the hand reaches the goal
 
 

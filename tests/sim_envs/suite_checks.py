@@ -1,0 +1,60 @@
+"""Run by the suite tests (test_metaworld.py, test_maniskill.py) in the suite's own venv: gymnasium's
+env checker and the reset/step/truncation rules of one ``rlinf/...`` suite env, one JSON line of
+findings on stdout for the test to assert on.
+
+    python suite_checks.py ENV_ID KWARGS_JSON CAMERA [--reach]
+
+``--reach``: also drive MetaWorld's reach hand to its goal with a proportional controller, so the
+test sees ``info["success"]`` come through.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+
+import gymnasium as gym
+import numpy as np
+from gymnasium.utils.env_checker import check_env
+
+import sim_envs
+
+
+def main() -> None:
+    env_id, kwargs, camera = sys.argv[1], json.loads(sys.argv[2]), sys.argv[3]
+    registered = gym.make(env_id, **{k: v for k, v in kwargs.items() if k != "max_episode_steps"})
+    registered.close()  # the gymnasium id works too
+    env = sim_envs.make(env_id, **kwargs)
+    check_env(env, skip_render_check=True)
+    first, _ = env.reset(seed=7)
+    again, _ = env.reset(seed=7)
+    other, _ = env.reset(seed=8)
+    found = {
+        "spec": env.env_spec.to_dict(),
+        "same_seed_same_state": bool(np.array_equal(first["state"], again["state"])),
+        "same_seed_same_frame": bool(np.array_equal(first["images"][camera], again["images"][camera])),
+        "other_seed_other_state": bool(not np.allclose(first["state"], other["state"])),
+        "image": list(first["images"][camera].shape),
+        "image_std": float(first["images"][camera].std()),
+    }
+    env.reset(seed=7)
+    steps, done = 0, False
+    while not done:
+        _, _, terminated, truncated, _ = env.step(np.zeros(env.action_space.shape, np.float32))
+        steps += 1
+        done = terminated or truncated
+    found["steps_to_end"], found["ended_by"] = steps, "terminated" if terminated else "truncated"
+    if "--reach" in sys.argv:  # MetaWorld reach: state[:3] is the hand, state[-3:] the goal
+        obs, _ = env.reset(seed=7)
+        success = False
+        for _ in range(env.max_episode_steps):
+            state = obs["state"]
+            obs, _, _, _, info = env.step(np.append(np.clip(20 * (state[-3:] - state[:3]), -1, 1), 0.0))
+            success |= info["success"]
+        found["controller_success"] = bool(success)
+    print(json.dumps(found))
+    env.close()
+
+
+if __name__ == "__main__":
+    main()

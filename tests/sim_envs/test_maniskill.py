@@ -1,0 +1,84 @@
+"""ManiSkill3 behind the env contract (``rlinf/ManiSkill-v0``), on SAPIEN's CPU physics with Mesa's
+Vulkan, stepped in its own venv's workers: the env checker and reset rules there (state and a
+camera), the vector contract and PPO from the main venv through ``env.python``, one-line refusals."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+import sim_envs
+from policies import load_policy, make_policy
+from tests.sim_envs.test_metaworld import run_suite_checks
+from trainer.algorithms.common import play_greedy
+from trainer.checkpoint import latest_checkpoint
+from trainer.configs import load_config
+from trainer.runner import Runner
+
+ROOT = Path(__file__).resolve().parents[2]
+SIDE_PYTHON = ROOT / ".venv-maniskill" / "bin" / "python"
+
+
+@pytest.fixture(scope="module")
+def side_python() -> str:
+    if not SIDE_PYTHON.is_file():
+        pytest.skip("no ManiSkill venv: bash scripts/sim_venv.sh maniskill (CI builds it)")
+    return str(SIDE_PYTHON)
+
+
+def test_the_env_checker_passes_on_state_and_camera_in_maniskills_venv(side_python):
+    kwargs = {"task": "PushCube-v1", "obs_mode": "rgb", "image_size": 32, "max_episode_steps": 12}
+    found = run_suite_checks(side_python, "rlinf/ManiSkill-v0", kwargs, "base_camera")
+    spec = found["spec"]
+    assert spec["name"] == "rlinf/ManiSkill-v0" and spec["instruction"] == "push cube"
+    names = [f["name"] for f in spec["state_fields"]]
+    assert "agent.qpos" in names and "extra.tcp_pose" in names and spec["action"]["kind"] == "box"
+    assert found["same_seed_same_state"] and found["same_seed_same_frame"] and found["other_seed_other_state"]
+    assert found["image"] == [32, 32, 3] and found["image_std"] > 5  # rendered by lavapipe, not a blank
+    assert found["steps_to_end"] == 12 and found["ended_by"] == "truncated"
+
+
+def test_the_vector_contract_holds_with_workers_in_maniskills_venv(side_python):
+    venv = sim_envs.make_vector(
+        "rlinf/ManiSkill-v0", 2, backend="subprocess", num_workers=2, python=side_python,
+        task="PickCube-v1", max_episode_steps=5,
+    )  # fmt: skip
+    try:
+        assert venv.spec.state_fields[0].name == "obs" and venv.spec.action.dim == 8
+        obs, _ = venv.reset(seed=1)
+        again, _ = venv.reset(seed=1)
+        np.testing.assert_array_equal(obs["state"], again["state"])
+        result = venv.chunk_step(np.zeros((2, 7, 8), np.float32))
+        assert result.truncated.any(axis=1).all() and [e.length for e in result.finished] == [5, 5]
+        assert not result.valid[:, 5:].any()  # the chunk stops at the episode's end
+    finally:
+        venv.close()
+
+
+def test_ppo_in_maniskill_beats_the_untrained_policy_on_fixed_seeds(side_python, tmp_path):
+    overrides = [
+        f"env.python={side_python}", "env.num_envs=8", "env.num_workers=2", "run.total_env_steps=12000",
+        "run.final_eval_episodes=0", f"run.output_dir={tmp_path}",
+        "env.kwargs={task: PushCube-v1, max_episode_steps: 50}",
+    ]  # fmt: skip
+    config = load_config("ppo_maniskill", overrides)
+    Runner(config).run()
+    venv = sim_envs.make_vector(
+        "rlinf/ManiSkill-v0", 8, backend="subprocess", num_workers=2, python=side_python,
+        task="PushCube-v1", max_episode_steps=50,
+    )  # fmt: skip
+    try:
+        untrained = make_policy(venv.spec, config.policy)
+        trained = load_policy(latest_checkpoint(tmp_path) / "policy")
+        before = np.mean([e.episode_return for e in play_greedy(venv, untrained, 4242)[1]])
+        after = np.mean([e.episode_return for e in play_greedy(venv, trained, 4242)[1]])
+    finally:
+        venv.close()
+    assert after > before + 2.0, (before, after)
+
+
+def test_maniskill_in_the_main_venv_names_its_own_venv():
+    with pytest.raises(ValueError, match=r"scripts/sim_venv.sh maniskill.*env.python"):
+        sim_envs.make("rlinf/ManiSkill-v0")
