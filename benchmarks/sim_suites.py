@@ -15,7 +15,7 @@ with state only and, where the suite renders, one 128 px camera, the same random
 Medians of ``--repeats`` alternating runs. Then PPO (``--ppo-minutes`` per suite, state) through
 ``rlinf-trainer train``: success and return against wall time from its metrics.jsonl.
 
-    python benchmarks/sim_suites.py [--steps 1500] [--repeats 5] [--ppo-minutes 3] [--out FILE]
+    python benchmarks/sim_suites.py [--steps 1600] [--camera-steps 240] [--repeats 5] [--ppo-minutes 3] [--out FILE]
 """
 
 from __future__ import annotations
@@ -229,7 +229,10 @@ def ppo_curve(suite: str, minutes: float, work: Path) -> dict:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--steps", type=int, default=1500)
+    parser.add_argument("--steps", type=int, default=1600)
+    parser.add_argument(
+        "--camera-steps", type=int, default=240, help="steps per run with a camera (slow on CPU)"
+    )
     parser.add_argument("--envs", type=int, default=8)
     parser.add_argument("--repeats", type=int, default=5)
     parser.add_argument("--ppo-minutes", type=float, default=3.0)
@@ -249,8 +252,9 @@ def main() -> None:
         record: dict = {}
         for camera in (False, True) if s["camera"] else (False,):
             python = s["python"] or sys.executable
+            steps = args.camera_steps if camera else args.steps
             local = subprocess.run(
-                [python, __file__, "--local", suite, str(int(camera)), "--steps", str(args.steps),
+                [python, __file__, "--local", suite, str(int(camera)), "--steps", str(steps),
                  "--envs", str(args.envs), "--repeats", str(args.repeats)],
                 cwd=ROOT, check=True, capture_output=True, text=True, env={**os.environ, "MUJOCO_GL": "egl"},
             )  # fmt: skip
@@ -260,7 +264,7 @@ def main() -> None:
             for name, workers in (
                 (("vector", 1), ("vector_2_workers", 2)) if s["python"] else (("vector", 0),)
             ):
-                rates[name] = vector_rate(suite, camera, args.steps, args.envs, args.repeats, workers)
+                rates[name] = vector_rate(suite, camera, steps, args.envs, args.repeats, workers)
             medians = {k: statistics.median(v) for k, v in rates.items()}
             row = {
                 **{f"{k}_steps_per_s": round(v, 1) for k, v in medians.items()},

@@ -85,7 +85,8 @@ class ChunkResult:
     @staticmethod
     def concatenate(parts: list[ChunkResult]) -> ChunkResult:
         """Results of disjoint env groups side by side: env indices of later parts are shifted. Either
-        every part says what it executed, or none does; a part without ``intervened`` had no human."""
+        every part says what it executed, or none does; a part without ``intervened`` had no human
+        (and where no part has it, neither does the whole)."""
         if any(p.executed is None for p in parts) and any(p.executed is not None for p in parts):
             raise ValueError("either every part of a chunk result has executed actions or none has")
         offsets = np.cumsum([0] + [len(p.final_obs) for p in parts])
@@ -103,7 +104,9 @@ class ChunkResult:
             ],
             aborted=[int(o) + i for p, o in zip(parts, offsets) for i in p.aborted],
             executed=None if parts[0].executed is None else cat("executed"),
-            intervened=np.concatenate(
+            intervened=None
+            if all(p.intervened is None for p in parts)
+            else np.concatenate(
                 [p.intervened if p.intervened is not None else np.zeros(p.valid.shape, bool) for p in parts]
             ),
         )

@@ -19,9 +19,9 @@ from typing import Any
 import numpy as np
 
 from protos import ContractError, EnvSpec
-from protos.batch import ChunkResult, EpisodeSummary, VectorEnv, stack_obs
+from protos.batch import ChunkResult, VectorEnv, concat_obs, stack_obs
 from sim_envs.registry import VECTOR_SUITE_IDS, check_env_id, load_entry_point, make_suite_env
-from sim_envs.vector_worker import EnvSlot
+from sim_envs.vector_worker import EnvSlot, play_chunks, reset_slots
 
 _WORKER_MAIN = "from sim_envs.vector_worker import main; main()"
 
@@ -99,19 +99,17 @@ class SimVectorEnv:
             raise error_type.get(name, RuntimeError)(message)
         return payload
 
-    def _scatter(self, command: str, items: list) -> list:
+    def _scatter(self, command: str, items: list | np.ndarray) -> list:
+        """Run ``command`` on every group of envs (the inline one, or each worker's) with its share of
+        ``items``; one batched result per group."""
         if self.backend == "inline":
-            if command == "reset":
-                return [slot.reset(seed) for slot, seed in zip(self._slots, items)]
-            return [slot.run_chunk(a) for slot, a in zip(self._slots, items)]
+            run = reset_slots if command == "reset" else play_chunks
+            return [run(self._slots, items)]
         start = 0
         for conn, count in zip(self._conns, self._counts):
             conn.send((command, items[start : start + count]))
             start += count
-        results: list = []
-        for conn in self._conns:
-            results.extend(self._receive(conn))
-        return results
+        return [self._receive(conn) for conn in self._conns]
 
     # -- the batched contract -------------------------------------------------------------------
     def reset(
@@ -122,7 +120,7 @@ class SimVectorEnv:
             seeds = [None if seed is None else seed + i for i in range(self.num_envs)]
         elif len(seeds) != self.num_envs:
             raise ValueError(f"seeds must have one entry per env ({self.num_envs}), got {len(seeds)}")
-        return self.stack_obs(self._scatter("reset", list(seeds))), {}
+        return concat_obs(self._scatter("reset", list(seeds))), {}
 
     def step(self, actions: np.ndarray) -> ChunkResult:
         """One step for every env: ``actions`` is ``[N, action_dim]``."""
@@ -142,23 +140,8 @@ class SimVectorEnv:
                 f"actions expected [{self.num_envs}, chunk, {self.spec.action.dim}], "
                 f"got {list(actions.shape)}"
             )
-        results = self._scatter("chunk", list(actions))
-        obs, rewards, terminated, truncated, success, valid, final_obs, summaries = zip(*results)
-        finished = [
-            EpisodeSummary(i, float(s[0]), int(s[1]), bool(s[2]))
-            for i, s in enumerate(summaries)
-            if s is not None
-        ]
-        return ChunkResult(
-            obs=self.stack_obs(list(obs)),
-            rewards=np.stack(rewards),
-            terminated=np.stack(terminated),
-            truncated=np.stack(truncated),
-            success=np.stack(success),
-            valid=np.stack(valid),
-            final_obs=list(final_obs),
-            finished=finished,
-        )
+        parts = self._scatter("chunk", actions)
+        return parts[0] if len(parts) == 1 else ChunkResult.concatenate(parts)
 
     stack_obs = staticmethod(stack_obs)
 

@@ -13,6 +13,8 @@ from typing import Any
 
 import numpy as np
 
+from protos.batch import ChunkResult, EpisodeSummary, stack_obs
+
 
 class EnvSlot:
     """One env plus its episode bookkeeping and auto-reset."""
@@ -54,6 +56,32 @@ class EnvSlot:
         return obs, rewards, terminated, truncated, success, valid, final_obs, summary
 
 
+def reset_slots(slots: list[EnvSlot], seeds: list[int | None]) -> dict[str, Any]:
+    """The slots' first observations, batched."""
+    return stack_obs([slot.reset(seed) for slot, seed in zip(slots, seeds)])
+
+
+def play_chunks(slots: list[EnvSlot], actions: np.ndarray) -> ChunkResult:
+    """Each slot plays its ``actions[i]`` chunk; the group's results batched, env indices local (a
+    worker sends one result with a few arrays, not a tuple of arrays per env)."""
+    results = [slot.run_chunk(a) for slot, a in zip(slots, actions)]
+    obs, rewards, terminated, truncated, success, valid, final_obs, summaries = zip(*results)
+    return ChunkResult(
+        obs=stack_obs(list(obs)),
+        rewards=np.stack(rewards),
+        terminated=np.stack(terminated),
+        truncated=np.stack(truncated),
+        success=np.stack(success),
+        valid=np.stack(valid),
+        final_obs=list(final_obs),
+        finished=[
+            EpisodeSummary(i, float(s[0]), int(s[1]), bool(s[2]))
+            for i, s in enumerate(summaries)
+            if s is not None
+        ],
+    )
+
+
 def _worker(conn: Connection, env_id: str, config: dict[str, Any], count: int) -> None:
     try:
         slots = [EnvSlot(env_id, config) for _ in range(count)]
@@ -65,9 +93,9 @@ def _worker(conn: Connection, env_id: str, config: dict[str, Any], count: int) -
         command, payload = conn.recv()
         try:
             if command == "reset":
-                result = [slot.reset(seed) for slot, seed in zip(slots, payload)]
+                result = reset_slots(slots, payload)
             elif command == "chunk":
-                result = [slot.run_chunk(a) for slot, a in zip(slots, payload)]
+                result = play_chunks(slots, payload)
             elif command == "close":
                 for slot in slots:
                     slot.env.close()
