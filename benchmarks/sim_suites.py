@@ -100,26 +100,11 @@ class RawManiSkill:
             self.reset()
 
 
-class RawGymnasium:
-    def __init__(self, env_id: str, max_episode_steps: int) -> None:
-        import gymnasium as gym
+class Stepper:
+    """A gymnasium-style env stepped on, reset when its episode ends (raw ``gym.make`` or ours)."""
 
-        self.env = gym.make(env_id, max_episode_steps=max_episode_steps)
-
-    def reset(self) -> None:
-        self.env.reset()
-
-    def step(self, action: np.ndarray) -> None:
-        _, _, terminated, truncated, _ = self.env.step(action)
-        if terminated or truncated:
-            self.env.reset()
-
-
-class Ours:
-    def __init__(self, env_id: str, kwargs: dict) -> None:
-        import sim_envs
-
-        self.env = sim_envs.make(env_id, **kwargs)
+    def __init__(self, env) -> None:
+        self.env = env
 
     def reset(self) -> None:
         self.env.reset()
@@ -128,6 +113,12 @@ class Ours:
         _, _, terminated, truncated, _ = self.env.step(action)
         if terminated or truncated:
             self.env.reset()
+
+
+def ours(env_id: str, kwargs: dict) -> Stepper:
+    import sim_envs
+
+    return Stepper(sim_envs.make(env_id, **kwargs))
 
 
 def time_envs(envs: list, actions: np.ndarray) -> float:
@@ -151,17 +142,21 @@ def local_rates(suite: str, camera: bool, steps: int, n: int, repeats: int) -> d
         raw = [RawManiSkill(kwargs["task"], kwargs["max_episode_steps"], s["camera"] if camera else None, 128)
                for _ in range(n)]  # fmt: skip
         mode = {"obs_mode": "rgb", "image_size": 128} if camera else {}
-        ours = [Ours(s["env_id"], {**kwargs, **mode}) for _ in range(n)]
+        ours = [ours(s["env_id"], {**kwargs, **mode}) for _ in range(n)]
         dim = 8
     elif suite == "metaworld":
         cams = (s["camera"],) if camera else ()
         raw = [RawMetaWorld(kwargs["task"], kwargs["max_episode_steps"], s["camera"] if camera else None, 128)
                for _ in range(n)]  # fmt: skip
-        ours = [Ours(s["env_id"], {**kwargs, "cameras": cams, "image_size": 128}) for _ in range(n)]
+        ours = [ours(s["env_id"], {**kwargs, "cameras": cams, "image_size": 128}) for _ in range(n)]
         dim = 4
     else:
-        raw = [RawGymnasium(s["env_id"], kwargs["max_episode_steps"]) for _ in range(n)]
-        ours = [Ours(s["env_id"], kwargs) for _ in range(n)]
+        import gymnasium as gym
+
+        raw = [
+            Stepper(gym.make(s["env_id"], max_episode_steps=kwargs["max_episode_steps"])) for _ in range(n)
+        ]
+        ours = [ours(s["env_id"], kwargs) for _ in range(n)]
         dim = 1
     actions = np.random.default_rng(0).uniform(-1, 1, (steps // n, n, dim)).astype(np.float32)
     if suite == "gymnasium":

@@ -18,7 +18,7 @@ esac
 if [ "$SUITE" = maniskill ]; then
   # SAPIEN renders (and builds every scene) through Vulkan; on a machine without a GPU that is Mesa's
   # lavapipe, which SAPIEN needs at >= 24.3: Debian 12 ships 22.3, its backports 25.
-  if ! dpkg-query -W -f='${Version}' mesa-vulkan-drivers 2>/dev/null | grep -qE '^(2[5-9]|24\.[3-9])'; then
+  if ! dpkg-query -W -f='${Version}' mesa-vulkan-drivers 2>/dev/null | grep -qE '^(2[5-9]|24[.][3-9])'; then
     SUDO=""
     [ "$(id -u)" -ne 0 ] && command -v sudo >/dev/null 2>&1 && SUDO="sudo"
     codename=$(. /etc/os-release && echo "${VERSION_CODENAME:-}")

@@ -75,6 +75,19 @@ def observation_layout(space: gym.Space) -> tuple[list[str], list[tuple[str, int
     return cameras, state, instruction
 
 
+def contract_observation_space(spec: EnvSpec) -> gym.spaces.Dict:
+    """The gymnasium space of the shared observation layout that ``spec`` describes."""
+    return gym.spaces.Dict(
+        {
+            "images": gym.spaces.Dict(
+                {c.name: gym.spaces.Box(0, 255, c.shape, dtype=np.uint8) for c in spec.cameras}
+            ),
+            "state": gym.spaces.Box(-np.inf, np.inf, (spec.state_dim,), np.float32),
+            "instruction": gym.spaces.Text(max_length=256, charset=INSTRUCTION_CHARSET),
+        }
+    )
+
+
 class GymnasiumAdapter(gym.Env):
     """One gymnasium env seen through :class:`EnvSpec` and the shared observation layout."""
 
@@ -131,15 +144,7 @@ class GymnasiumAdapter(gym.Env):
             metadata={"simulator": "gymnasium", "gym_id": env_id},
         )
         self._action_shape = action.shape
-        self.observation_space = gym.spaces.Dict(
-            {
-                "images": gym.spaces.Dict(
-                    {c.name: gym.spaces.Box(0, 255, c.shape, dtype=np.uint8) for c in self.env_spec.cameras}
-                ),
-                "state": gym.spaces.Box(-np.inf, np.inf, (self.env_spec.state_dim,), np.float32),
-                "instruction": gym.spaces.Text(max_length=256, charset=INSTRUCTION_CHARSET),
-            }
-        )
+        self.observation_space = contract_observation_space(self.env_spec)
         self.action_space = gym.spaces.Box(low.astype(np.float32), high.astype(np.float32), dtype=np.float32)
         self.max_episode_steps = self.env_spec.max_episode_steps
         self._render_broken = False

@@ -26,8 +26,8 @@ import gymnasium as gym
 import numpy as np
 
 from protos import ActionSpace, CameraSpec, EnvSpec, StateField
-from protos.env_spec import BOX, INSTRUCTION_CHARSET
-from sim_envs.adapters.gymnasium import AdapterError
+from protos.env_spec import BOX
+from sim_envs.adapters.gymnasium import AdapterError, contract_observation_space
 
 ENV_ID = "rlinf/ManiSkill-v0"
 SETUP_HINT = "bash scripts/sim_venv.sh maniskill, then env.python=.venv-maniskill/bin/python"
@@ -123,15 +123,7 @@ class ManiSkillEnv(gym.Env):
                 "control_mode": str(self.env.unwrapped.control_mode),
             },
         )
-        self.observation_space = gym.spaces.Dict(
-            {
-                "images": gym.spaces.Dict(
-                    {c.name: gym.spaces.Box(0, 255, c.shape, dtype=np.uint8) for c in self.env_spec.cameras}
-                ),
-                "state": gym.spaces.Box(-np.inf, np.inf, (self.env_spec.state_dim,), np.float32),
-                "instruction": gym.spaces.Text(max_length=256, charset=INSTRUCTION_CHARSET),
-            }
-        )
+        self.observation_space = contract_observation_space(self.env_spec)
         self.action_space = gym.spaces.Box(low.astype(np.float32), high.astype(np.float32), dtype=np.float32)
         self.render_mode = render_mode
         self._steps = 0

@@ -25,8 +25,8 @@ import gymnasium as gym
 import numpy as np
 
 from protos import ActionSpace, CameraSpec, EnvSpec, StateField
-from protos.env_spec import BOX, INSTRUCTION_CHARSET
-from sim_envs.adapters.gymnasium import AdapterError
+from protos.env_spec import BOX
+from sim_envs.adapters.gymnasium import AdapterError, contract_observation_space
 from sim_envs.rendering import make_renderer
 
 ENV_ID = "rlinf/MetaWorld-v0"
@@ -119,15 +119,7 @@ class MetaWorldEnv(gym.Env):
             max_episode_steps=max_episode_steps,
             metadata={"simulator": "metaworld", "task": task, "robot": "sawyer"},
         )
-        self.observation_space = gym.spaces.Dict(
-            {
-                "images": gym.spaces.Dict(
-                    {c.name: gym.spaces.Box(0, 255, c.shape, dtype=np.uint8) for c in self.env_spec.cameras}
-                ),
-                "state": gym.spaces.Box(-np.inf, np.inf, (self.env_spec.state_dim,), np.float32),
-                "instruction": gym.spaces.Text(max_length=256, charset=INSTRUCTION_CHARSET),
-            }
-        )
+        self.observation_space = contract_observation_space(self.env_spec)
         self.action_space = gym.spaces.Box(-1.0, 1.0, (4,), dtype=np.float32)
         self._renderers: dict[int, Any] = {}
         self._steps = 0

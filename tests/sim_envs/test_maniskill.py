@@ -4,28 +4,16 @@ camera), the vector contract and PPO from the main venv through ``env.python``, 
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import numpy as np
 import pytest
 
 import sim_envs
-from policies import load_policy, make_policy
-from tests.sim_envs.test_metaworld import run_suite_checks
-from trainer.algorithms.common import play_greedy
-from trainer.checkpoint import latest_checkpoint
-from trainer.configs import load_config
-from trainer.runner import Runner
-
-ROOT = Path(__file__).resolve().parents[2]
-SIDE_PYTHON = ROOT / ".venv-maniskill" / "bin" / "python"
+from tests.sim_envs.suite_helpers import ppo_returns_before_and_after, run_suite_checks, suite_python
 
 
 @pytest.fixture(scope="module")
 def side_python() -> str:
-    if not SIDE_PYTHON.is_file():
-        pytest.skip("no ManiSkill venv: bash scripts/sim_venv.sh maniskill (CI builds it)")
-    return str(SIDE_PYTHON)
+    return suite_python("maniskill")
 
 
 def test_the_env_checker_passes_on_state_and_camera_in_maniskills_venv(side_python):
@@ -58,24 +46,8 @@ def test_the_vector_contract_holds_with_workers_in_maniskills_venv(side_python):
 
 
 def test_ppo_in_maniskill_beats_the_untrained_policy_on_fixed_seeds(side_python, tmp_path):
-    overrides = [
-        f"env.python={side_python}", "env.num_envs=8", "env.num_workers=2", "run.total_env_steps=12000",
-        "run.final_eval_episodes=0", f"run.output_dir={tmp_path}",
-        "env.kwargs={task: PushCube-v1, max_episode_steps: 50}",
-    ]  # fmt: skip
-    config = load_config("ppo_maniskill", overrides)
-    Runner(config).run()
-    venv = sim_envs.make_vector(
-        "rlinf/ManiSkill-v0", 8, backend="subprocess", num_workers=2, python=side_python,
-        task="PushCube-v1", max_episode_steps=50,
-    )  # fmt: skip
-    try:
-        untrained = make_policy(venv.spec, config.policy)
-        trained = load_policy(latest_checkpoint(tmp_path) / "policy")
-        before = np.mean([e.episode_return for e in play_greedy(venv, untrained, 4242)[1]])
-        after = np.mean([e.episode_return for e in play_greedy(venv, trained, 4242)[1]])
-    finally:
-        venv.close()
+    kwargs = {"task": "PushCube-v1", "max_episode_steps": 50}
+    before, after = ppo_returns_before_and_after("ppo_maniskill", side_python, kwargs, 12000, tmp_path, 4242)
     assert after > before + 2.0, (before, after)
 
 

@@ -4,41 +4,17 @@ the env checker and reset rules there, the vector contract and PPO from the main
 
 from __future__ import annotations
 
-import json
-import os
-import subprocess
-from pathlib import Path
-
 import numpy as np
 import pytest
 
 import sim_envs
-from policies import load_policy, make_policy
-from trainer.algorithms.common import play_greedy
-from trainer.checkpoint import latest_checkpoint
+from tests.sim_envs.suite_helpers import ppo_returns_before_and_after, run_suite_checks, suite_python
 from trainer.cli import main as trainer_main
-from trainer.configs import load_config
-from trainer.runner import Runner
-
-ROOT = Path(__file__).resolve().parents[2]
-SIDE_PYTHON = ROOT / ".venv-metaworld" / "bin" / "python"
 
 
 @pytest.fixture(scope="module")
 def side_python() -> str:
-    if not SIDE_PYTHON.is_file():
-        pytest.skip("no MetaWorld venv: bash scripts/sim_venv.sh metaworld (CI builds it)")
-    return str(SIDE_PYTHON)
-
-
-def run_suite_checks(python: str, env_id: str, kwargs: dict, camera: str, *flags: str) -> dict:
-    """tests/sim_envs/suite_checks.py in the suite's venv: its findings."""
-    result = subprocess.run(
-        [python, str(ROOT / "tests" / "sim_envs" / "suite_checks.py"), env_id, json.dumps(kwargs), camera, *flags],
-        cwd=ROOT, capture_output=True, text=True, timeout=300, env={**os.environ, "MUJOCO_GL": "egl"},
-    )  # fmt: skip
-    assert result.returncode == 0, result.stderr[-3000:]
-    return json.loads(result.stdout.strip().splitlines()[-1])
+    return suite_python("metaworld")
 
 
 def test_the_env_checker_passes_and_seeds_fix_the_variation_in_metaworlds_venv(side_python):
@@ -77,25 +53,8 @@ def test_the_vector_contract_holds_with_workers_in_metaworlds_venv(side_python):
 
 
 def test_ppo_in_metaworld_beats_the_untrained_policy_on_fixed_seeds(side_python, tmp_path):
-    overrides = [
-        f"env.python={side_python}", "env.num_envs=8", "env.num_workers=2", "run.total_env_steps=24000",
-        "run.eval_every=0", "run.final_eval_episodes=0", f"run.output_dir={tmp_path}",
-        "env.kwargs={task: reach-v3, max_episode_steps: 100}",
-    ]  # fmt: skip
-    config = load_config("ppo_metaworld", overrides)
-    runner = Runner(config)
-    runner.run()
-    venv = sim_envs.make_vector(
-        "rlinf/MetaWorld-v0", 16, backend="subprocess", num_workers=2, python=side_python,
-        task="reach-v3", max_episode_steps=100,
-    )  # fmt: skip
-    try:
-        untrained = make_policy(venv.spec, config.policy)
-        trained = load_policy(latest_checkpoint(tmp_path) / "policy")
-        before = np.mean([e.episode_return for e in play_greedy(venv, untrained, 777)[1]])
-        after = np.mean([e.episode_return for e in play_greedy(venv, trained, 777)[1]])
-    finally:
-        venv.close()
+    kwargs = {"task": "reach-v3", "max_episode_steps": 100}
+    before, after = ppo_returns_before_and_after("ppo_metaworld", side_python, kwargs, 24000, tmp_path, 777)
     assert after > 1.5 * before, (before, after)
 
 
