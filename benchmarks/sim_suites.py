@@ -24,6 +24,7 @@ import argparse
 import json
 import os
 import platform
+import shutil
 import statistics
 import subprocess
 import sys
@@ -31,6 +32,8 @@ import time
 from pathlib import Path
 
 import numpy as np
+
+from protos.atomic_files import write_atomic
 
 ROOT = Path(__file__).resolve().parents[1]
 RESULTS = Path(__file__).resolve().parent / "results"
@@ -115,7 +118,7 @@ class Stepper:
             self.env.reset()
 
 
-def ours(env_id: str, kwargs: dict) -> Stepper:
+def our_env(env_id: str, kwargs: dict) -> Stepper:
     import sim_envs
 
     return Stepper(sim_envs.make(env_id, **kwargs))
@@ -142,13 +145,13 @@ def local_rates(suite: str, camera: bool, steps: int, n: int, repeats: int) -> d
         raw = [RawManiSkill(kwargs["task"], kwargs["max_episode_steps"], s["camera"] if camera else None, 128)
                for _ in range(n)]  # fmt: skip
         mode = {"obs_mode": "rgb", "image_size": 128} if camera else {}
-        ours = [ours(s["env_id"], {**kwargs, **mode}) for _ in range(n)]
+        ours = [our_env(s["env_id"], {**kwargs, **mode}) for _ in range(n)]
         dim = 8
     elif suite == "metaworld":
         cams = (s["camera"],) if camera else ()
         raw = [RawMetaWorld(kwargs["task"], kwargs["max_episode_steps"], s["camera"] if camera else None, 128)
                for _ in range(n)]  # fmt: skip
-        ours = [ours(s["env_id"], {**kwargs, "cameras": cams, "image_size": 128}) for _ in range(n)]
+        ours = [our_env(s["env_id"], {**kwargs, "cameras": cams, "image_size": 128}) for _ in range(n)]
         dim = 4
     else:
         import gymnasium as gym
@@ -156,7 +159,7 @@ def local_rates(suite: str, camera: bool, steps: int, n: int, repeats: int) -> d
         raw = [
             Stepper(gym.make(s["env_id"], max_episode_steps=kwargs["max_episode_steps"])) for _ in range(n)
         ]
-        ours = [ours(s["env_id"], kwargs) for _ in range(n)]
+        ours = [our_env(s["env_id"], kwargs) for _ in range(n)]
         dim = 1
     actions = np.random.default_rng(0).uniform(-1, 1, (steps // n, n, dim)).astype(np.float32)
     if suite == "gymnasium":
@@ -204,6 +207,7 @@ def vector_rate(suite: str, camera: bool, steps: int, n: int, repeats: int, work
 def ppo_curve(suite: str, minutes: float, work: Path) -> dict:
     s = SUITES[suite]
     out = work / f"ppo-{suite}"
+    shutil.rmtree(out, ignore_errors=True)  # this benchmark's own scratch run
     overrides = [f"run.output_dir={out}", f"run.max_wall_minutes={minutes}", "run.total_env_steps=100000000",
                  "run.eval_every=0", "run.final_eval_episodes=16", f"env.kwargs={json.dumps(s['kwargs'])}"]  # fmt: skip
     if s["python"]:
@@ -233,6 +237,9 @@ def main() -> None:
     parser.add_argument("--ppo-minutes", type=float, default=3.0)
     parser.add_argument("--work", default="runs/bench-sim-suites")
     parser.add_argument("--out", default=str(RESULTS / "sim_suites.json"))
+    parser.add_argument(
+        "--suites", default=",".join(SUITES), help="run these; others' records in --out are kept"
+    )
     parser.add_argument("--local", nargs=2, metavar=("SUITE", "CAMERA"), help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.local:  # run by main() in the suite's interpreter
@@ -240,10 +247,14 @@ def main() -> None:
         print(json.dumps(rates))
         return
     for suite, python in (("metaworld", METAWORLD_PYTHON), ("maniskill", MANISKILL_PYTHON)):
-        if not python.is_file():
+        if suite in args.suites and not python.is_file():
             sys.exit(f"no {suite} venv at {python}: bash scripts/sim_venv.sh {suite}")
-    results: dict = {"benchmark": "sim_suites", "settings": vars(args), "suites": {}}
-    for suite, s in SUITES.items():
+    out = Path(args.out)
+    kept = json.loads(out.read_text())["suites"] if out.is_file() else {}
+    results: dict = {"benchmark": "sim_suites", "settings": vars(args), "suites": kept,
+                     "machine": {"cpus": os.cpu_count(), "python": platform.python_version()}}  # fmt: skip
+    for suite in args.suites.split(","):
+        s = SUITES[suite]
         record: dict = {}
         for camera in (False, True) if s["camera"] else (False,):
             python = s["python"] or sys.executable
@@ -276,10 +287,7 @@ def main() -> None:
             print(f"{suite:10} PPO {args.ppo_minutes:g} min: final greedy success {final['success_rate']:.2f}, "
                   f"return {final['return_mean']:.1f} ({final['env_steps']} env steps)", flush=True)  # fmt: skip
         results["suites"][suite] = record
-    results["machine"] = {"cpus": os.cpu_count(), "python": platform.python_version()}
-    from protos.atomic_files import write_atomic
-
-    write_atomic(Path(args.out), json.dumps(results, indent=2) + "\n")
+        write_atomic(out, json.dumps(results, indent=2) + "\n")  # each suite as it finishes
     print(f"written to {args.out}")
 
 
