@@ -4,6 +4,9 @@ camera), the vector contract and PPO from the main venv through ``env.python``, 
 
 from __future__ import annotations
 
+import os
+import subprocess
+
 import numpy as np
 import pytest
 
@@ -54,3 +57,11 @@ def test_ppo_in_maniskill_beats_the_untrained_policy_on_fixed_seeds(side_python,
 def test_maniskill_in_the_main_venv_names_its_own_venv():
     with pytest.raises(ValueError, match=r"scripts/sim_venv.sh maniskill.*env.python"):
         sim_envs.make("rlinf/ManiSkill-v0")
+
+
+def test_without_a_vulkan_driver_the_error_names_the_driver_to_install(side_python):
+    code = "import sim_envs\ntry:\n    sim_envs.make('rlinf/ManiSkill-v0')\nexcept ValueError as e:\n    print(e)"
+    hidden = {"VK_ICD_FILENAMES": "/nonexistent.json", "VK_DRIVER_FILES": "/nonexistent.json"}
+    result = subprocess.run([side_python, "-c", code], capture_output=True, text=True, timeout=120,
+                            env={**os.environ, **hidden})  # fmt: skip
+    assert "needs a Vulkan driver" in result.stdout and "mesa-vulkan-drivers" in result.stdout, result.stdout
