@@ -26,7 +26,6 @@ tests pass a CPU stand-in with the same interface.
 
 from __future__ import annotations
 
-import importlib
 import math
 from typing import Any
 
@@ -62,10 +61,11 @@ def launch_isaaclab(task: str, num_envs: int, device: str, headless: bool = True
 
 
 def _factory(path: str):
-    module, _, name = path.partition(":")
+    from sim_envs.registry import load_entry_point
+
     try:
-        return getattr(importlib.import_module(module), name)
-    except (ImportError, AttributeError) as exc:
+        return load_entry_point(path)
+    except (ImportError, AttributeError, ValueError) as exc:
         raise AdapterError(f"{ENV_ID}: factory {path!r} cannot be loaded ({exc})") from None
 
 
