@@ -32,6 +32,7 @@ import time
 from pathlib import Path
 
 import numpy as np
+from shaped_link import delete_namespace, shaped_namespace
 
 ROOT = Path(__file__).resolve().parents[1]
 RESULTS = Path(__file__).resolve().parent / "results"
@@ -39,10 +40,6 @@ PEER_VENVS = ROOT / "runs" / "bench_venvs"
 OPENPI_PINS = ["openpi-client==0.1.2", "websockets==17.4", "msgpack==1.2.4", "numpy==1.26.4",
                "typing_extensions==4.16.0"]  # fmt: skip
 NAMESPACE = "rlinf-link-bench"
-# Bursts of about a millisecond of the rate: a burst as large as an observation would let each one
-# through unshaped at 30 Hz. The namespace's loopback gets an Ethernet MTU (1500), so packets are
-# small (tbf drops, for good, a packet larger than its burst) and the shaping is what a NIC's is.
-RATES = {"10gbit": ("10gbit", "1250kb"), "1gbit": ("1gbit", "125kb"), "100mbit": ("100mbit", "16kb")}
 PERIOD_MS = 1000 / 30
 
 
@@ -116,26 +113,8 @@ def ours_in_this_process(codec: str, ring_slots: int, duration_s: float) -> None
         print(json.dumps({"failed": "no round trip completed: the link cannot carry the payload at 30 Hz"}))
         return
     print(json.dumps({**result["round_trip"], "late_over_33ms": result["late_over_33ms"],
-                      "missed_ticks": result["missed_ticks"], "dropped": result["dropped_observations"]}))  # fmt: skip
-
-
-# -- links ------------------------------------------------------------------------------------------
-def shaped_link(rate: str) -> tuple[list[str], str]:
-    """A network namespace whose loopback is shaped to ``rate``: (command prefix, '' or why not)."""
-    if os.geteuid() != 0 or shutil.which("ip") is None or shutil.which("tc") is None:
-        return [], "needs root with ip and tc"
-    subprocess.run(["ip", "netns", "del", NAMESPACE], capture_output=True)
-    steps = [
-        ["ip", "netns", "add", NAMESPACE],
-        ["ip", "netns", "exec", NAMESPACE, "ip", "link", "set", "lo", "mtu", "1500", "up"],
-        ["ip", "netns", "exec", NAMESPACE, "tc", "qdisc", "add", "dev", "lo", "root", "tbf",
-         "rate", RATES[rate][0], "burst", RATES[rate][1], "latency", "1s"],  # a queue, not drops
-    ]  # fmt: skip
-    for step in steps:
-        done = subprocess.run(step, capture_output=True, text=True)
-        if done.returncode != 0:
-            return [], f"{' '.join(step[:4])}: {done.stderr.strip()}"
-    return ["ip", "netns", "exec", NAMESPACE], ""
+                      "missed_ticks": result["missed_ticks"], "dropped": result["dropped_observations"],
+                      "frames": result["frames"]}))  # fmt: skip
 
 
 def main() -> None:
@@ -154,7 +133,7 @@ def main() -> None:
     if args.out.exists():  # re-measuring some links keeps the others' figures (each link is one run)
         results["links"] = json.loads(args.out.read_text()).get("links", {})
     for link in args.links.split(","):
-        prefix, why_not = ([], "") if link == "loopback" else shaped_link(link)
+        prefix, why_not = ([], "") if link == "loopback" else shaped_namespace(NAMESPACE, link)
         if why_not:
             print(f"{link}: skipped ({why_not})")
             results["links"][link] = {"skipped": why_not}
@@ -164,18 +143,20 @@ def main() -> None:
             "openpi_30hz": run_openpi(prefix, openpi, args.requests, 30.0),
             "ours_raw_in_band_30hz": run_ours(prefix, "raw", 0, duration),
             "ours_jpeg_30hz": run_ours(prefix, "jpeg", 0, duration),
+            # The default: on this host the frame ring; on a shaped link (another host) no ring.
+            "ours_auto_30hz": run_ours(prefix, "auto", 0 if prefix else 16, duration),
         }
         if link == "loopback":
             row["ours_raw_ring_30hz"] = run_ours(prefix, "raw", 16, duration)
         if prefix:
-            subprocess.run(["ip", "netns", "del", NAMESPACE], capture_output=True)
+            delete_namespace(NAMESPACE)
         results["links"][link] = row
         for name, figures in row.items():
             if "failed" in figures:
                 print(f"{link:9s} {name:22s} failed: {figures['failed']}", flush=True)
                 continue
             print(f"{link:9s} {name:22s} p50 {figures['p50_ms']:7.2f} ms  p99 {figures['p99_ms']:7.2f} ms  "
-                  f"late {figures['late_over_33ms']}", flush=True)  # fmt: skip
+                  f"late {figures['late_over_33ms']}  {figures.get('frames', '')}", flush=True)  # fmt: skip
     loop = results["links"].get("loopback", {})
     if "ours_raw_ring_30hz" in loop:
         best_raw = min(loop["ours_raw_ring_30hz"]["p50_ms"], loop["ours_raw_in_band_30hz"]["p50_ms"])

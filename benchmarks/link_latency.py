@@ -67,7 +67,7 @@ class StaticFramesDriver(RobotDriver):
         self.frames = frames
         self.spec = EnvSpec(
             name="bench/link",
-            cameras=tuple(CameraSpec(n, HEIGHT, WIDTH, control_hz) for n in frames),
+            cameras=tuple(CameraSpec(n, *f.shape[:2], control_hz) for n, f in frames.items()),
             state_fields=(StateField("joint_pos", 7), StateField("tcp_pos", 3), StateField("tcp_quat", 4),
                           StateField("gripper_width", 1), StateField("pad", 1)),
             action=ee_delta_action_space(),
@@ -226,6 +226,7 @@ def run_link(
         new = after["chunks"] - before["chunks"]
         samples = list(control.stats.round_trip_ms)[-new:]
         encode = list(control.stats.encode_ms)[-new:]
+        codec_choice = control.codec.choice.labels() + (" (shm ring)" if control.codec.by_ring else "")
         trainer.send_signal(signal.SIGTERM)
         trainer.wait(30)
         agent.stop()
@@ -246,6 +247,7 @@ def run_link(
         "late_ticks": after["late"] - before["late"],
         "dropped_observations": after["dropped"] - before["dropped"],
         "episodes": after["episodes"] - before["episodes"],
+        "frames": codec_choice,  # what link.codec=auto chose by the end (the codec itself otherwise)
     }
 
 

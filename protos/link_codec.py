@@ -32,6 +32,8 @@ MAX_INSTRUCTION_CHARS = 4096
 MAX_METADATA_ITEMS = 64
 MAX_CONTROL_HZ = 1000.0
 MAX_EPISODE_STEPS = 100_000
+# A link probe (link.codec=auto) carries at most this much padding.
+MAX_PROBE_BYTES = 2 * 1024 * 1024
 # A JPEG may exceed its raw size on tiny or noisy images by its headers and tables.
 JPEG_OVERHEAD_BYTES = 4096
 
@@ -175,9 +177,10 @@ def encode_frame(camera: str, image: np.ndarray, codec: str = "jpeg", quality: i
             colorsubsampling="420",
             fastdct=True,
         )
-    else:
-        data = np.ascontiguousarray(image).tobytes()
-    return pb.Frame(camera=camera, codec=CODECS[codec], height=height, width=width, data=data)
+        return pb.Frame(camera=camera, codec=pb.CODEC_JPEG, height=height, width=width, data=data,
+                        jpeg_quality=quality)  # fmt: skip
+    data = np.ascontiguousarray(image).tobytes()
+    return pb.Frame(camera=camera, codec=pb.CODEC_RAW_RGB8, height=height, width=width, data=data)
 
 
 # Protobuf keys (field number << 3 | wire type 2, length-delimited) of Observation.frames and Frame.data.

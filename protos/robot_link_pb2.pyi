@@ -89,18 +89,28 @@ class EnvSpec(_message.Message):
     def __init__(self, name: _Optional[str] = ..., cameras: _Optional[_Iterable[_Union[CameraSpec, _Mapping]]] = ..., state_fields: _Optional[_Iterable[_Union[StateField, _Mapping]]] = ..., action: _Optional[_Union[ActionSpace, _Mapping]] = ..., control_hz: _Optional[float] = ..., instruction: _Optional[str] = ..., max_episode_steps: _Optional[int] = ..., metadata: _Optional[_Mapping[str, str]] = ...) -> None: ...
 
 class AgentMessage(_message.Message):
-    __slots__ = ("register", "observation", "episode_event", "episode_upload", "error")
+    __slots__ = ("register", "observation", "episode_event", "episode_upload", "error", "probe")
     REGISTER_FIELD_NUMBER: _ClassVar[int]
     OBSERVATION_FIELD_NUMBER: _ClassVar[int]
     EPISODE_EVENT_FIELD_NUMBER: _ClassVar[int]
     EPISODE_UPLOAD_FIELD_NUMBER: _ClassVar[int]
     ERROR_FIELD_NUMBER: _ClassVar[int]
+    PROBE_FIELD_NUMBER: _ClassVar[int]
     register: Register
     observation: Observation
     episode_event: EpisodeEvent
     episode_upload: EpisodeUpload
     error: AgentError
-    def __init__(self, register: _Optional[_Union[Register, _Mapping]] = ..., observation: _Optional[_Union[Observation, _Mapping]] = ..., episode_event: _Optional[_Union[EpisodeEvent, _Mapping]] = ..., episode_upload: _Optional[_Union[EpisodeUpload, _Mapping]] = ..., error: _Optional[_Union[AgentError, _Mapping]] = ...) -> None: ...
+    probe: LinkProbe
+    def __init__(self, register: _Optional[_Union[Register, _Mapping]] = ..., observation: _Optional[_Union[Observation, _Mapping]] = ..., episode_event: _Optional[_Union[EpisodeEvent, _Mapping]] = ..., episode_upload: _Optional[_Union[EpisodeUpload, _Mapping]] = ..., error: _Optional[_Union[AgentError, _Mapping]] = ..., probe: _Optional[_Union[LinkProbe, _Mapping]] = ...) -> None: ...
+
+class LinkProbe(_message.Message):
+    __slots__ = ("id", "padding")
+    ID_FIELD_NUMBER: _ClassVar[int]
+    PADDING_FIELD_NUMBER: _ClassVar[int]
+    id: int
+    padding: bytes
+    def __init__(self, id: _Optional[int] = ..., padding: _Optional[bytes] = ...) -> None: ...
 
 class Register(_message.Message):
     __slots__ = ("robot_id", "robot_kind", "spec", "agent_version", "protocol_version", "capabilities", "unacked_episode_ids", "resume_token", "frame_ring")
@@ -147,7 +157,7 @@ class DriverCapabilities(_message.Message):
     def __init__(self, reset: _Optional[bool] = ..., reward: _Optional[bool] = ..., gripper: _Optional[bool] = ..., action_kinds: _Optional[_Iterable[str]] = ...) -> None: ...
 
 class Frame(_message.Message):
-    __slots__ = ("camera", "codec", "height", "width", "data", "capture_mono_ns", "ring_slot", "ring_offset")
+    __slots__ = ("camera", "codec", "height", "width", "data", "capture_mono_ns", "ring_slot", "ring_offset", "jpeg_quality")
     CAMERA_FIELD_NUMBER: _ClassVar[int]
     CODEC_FIELD_NUMBER: _ClassVar[int]
     HEIGHT_FIELD_NUMBER: _ClassVar[int]
@@ -156,6 +166,7 @@ class Frame(_message.Message):
     CAPTURE_MONO_NS_FIELD_NUMBER: _ClassVar[int]
     RING_SLOT_FIELD_NUMBER: _ClassVar[int]
     RING_OFFSET_FIELD_NUMBER: _ClassVar[int]
+    JPEG_QUALITY_FIELD_NUMBER: _ClassVar[int]
     camera: str
     codec: Codec
     height: int
@@ -164,10 +175,11 @@ class Frame(_message.Message):
     capture_mono_ns: int
     ring_slot: int
     ring_offset: int
-    def __init__(self, camera: _Optional[str] = ..., codec: _Optional[_Union[Codec, str]] = ..., height: _Optional[int] = ..., width: _Optional[int] = ..., data: _Optional[bytes] = ..., capture_mono_ns: _Optional[int] = ..., ring_slot: _Optional[int] = ..., ring_offset: _Optional[int] = ...) -> None: ...
+    jpeg_quality: int
+    def __init__(self, camera: _Optional[str] = ..., codec: _Optional[_Union[Codec, str]] = ..., height: _Optional[int] = ..., width: _Optional[int] = ..., data: _Optional[bytes] = ..., capture_mono_ns: _Optional[int] = ..., ring_slot: _Optional[int] = ..., ring_offset: _Optional[int] = ..., jpeg_quality: _Optional[int] = ...) -> None: ...
 
 class Observation(_message.Message):
-    __slots__ = ("seq", "episode_id", "step", "mono_ns", "wall_ns", "frames", "state", "instruction", "transition", "mode", "holding")
+    __slots__ = ("seq", "episode_id", "step", "mono_ns", "wall_ns", "frames", "state", "instruction", "transition", "mode", "holding", "codec_reason")
     SEQ_FIELD_NUMBER: _ClassVar[int]
     EPISODE_ID_FIELD_NUMBER: _ClassVar[int]
     STEP_FIELD_NUMBER: _ClassVar[int]
@@ -179,6 +191,7 @@ class Observation(_message.Message):
     TRANSITION_FIELD_NUMBER: _ClassVar[int]
     MODE_FIELD_NUMBER: _ClassVar[int]
     HOLDING_FIELD_NUMBER: _ClassVar[int]
+    CODEC_REASON_FIELD_NUMBER: _ClassVar[int]
     seq: int
     episode_id: str
     step: int
@@ -190,7 +203,8 @@ class Observation(_message.Message):
     transition: Transition
     mode: Mode
     holding: bool
-    def __init__(self, seq: _Optional[int] = ..., episode_id: _Optional[str] = ..., step: _Optional[int] = ..., mono_ns: _Optional[int] = ..., wall_ns: _Optional[int] = ..., frames: _Optional[_Iterable[_Union[Frame, _Mapping]]] = ..., state: _Optional[_Iterable[float]] = ..., instruction: _Optional[str] = ..., transition: _Optional[_Union[Transition, _Mapping]] = ..., mode: _Optional[_Union[Mode, str]] = ..., holding: _Optional[bool] = ...) -> None: ...
+    codec_reason: str
+    def __init__(self, seq: _Optional[int] = ..., episode_id: _Optional[str] = ..., step: _Optional[int] = ..., mono_ns: _Optional[int] = ..., wall_ns: _Optional[int] = ..., frames: _Optional[_Iterable[_Union[Frame, _Mapping]]] = ..., state: _Optional[_Iterable[float]] = ..., instruction: _Optional[str] = ..., transition: _Optional[_Union[Transition, _Mapping]] = ..., mode: _Optional[_Union[Mode, str]] = ..., holding: _Optional[bool] = ..., codec_reason: _Optional[str] = ...) -> None: ...
 
 class Transition(_message.Message):
     __slots__ = ("executed_action", "policy_action", "intervened", "human_action", "reward", "terminated", "truncated", "success", "safety_events", "policy_version")
@@ -265,30 +279,34 @@ class AgentError(_message.Message):
     def __init__(self, code: _Optional[str] = ..., message: _Optional[str] = ..., ref_seq: _Optional[int] = ...) -> None: ...
 
 class TrainerMessage(_message.Message):
-    __slots__ = ("welcome", "actions", "command", "ack")
+    __slots__ = ("welcome", "actions", "command", "ack", "probe_echo")
     WELCOME_FIELD_NUMBER: _ClassVar[int]
     ACTIONS_FIELD_NUMBER: _ClassVar[int]
     COMMAND_FIELD_NUMBER: _ClassVar[int]
     ACK_FIELD_NUMBER: _ClassVar[int]
+    PROBE_ECHO_FIELD_NUMBER: _ClassVar[int]
     welcome: Welcome
     actions: ActionChunk
     command: Command
     ack: Ack
-    def __init__(self, welcome: _Optional[_Union[Welcome, _Mapping]] = ..., actions: _Optional[_Union[ActionChunk, _Mapping]] = ..., command: _Optional[_Union[Command, _Mapping]] = ..., ack: _Optional[_Union[Ack, _Mapping]] = ...) -> None: ...
+    probe_echo: LinkProbe
+    def __init__(self, welcome: _Optional[_Union[Welcome, _Mapping]] = ..., actions: _Optional[_Union[ActionChunk, _Mapping]] = ..., command: _Optional[_Union[Command, _Mapping]] = ..., ack: _Optional[_Union[Ack, _Mapping]] = ..., probe_echo: _Optional[_Union[LinkProbe, _Mapping]] = ...) -> None: ...
 
 class Welcome(_message.Message):
-    __slots__ = ("session_id", "protocol_version", "trainer_version", "resume_token", "frame_ring_accepted")
+    __slots__ = ("session_id", "protocol_version", "trainer_version", "resume_token", "frame_ring_accepted", "echoes_probes")
     SESSION_ID_FIELD_NUMBER: _ClassVar[int]
     PROTOCOL_VERSION_FIELD_NUMBER: _ClassVar[int]
     TRAINER_VERSION_FIELD_NUMBER: _ClassVar[int]
     RESUME_TOKEN_FIELD_NUMBER: _ClassVar[int]
     FRAME_RING_ACCEPTED_FIELD_NUMBER: _ClassVar[int]
+    ECHOES_PROBES_FIELD_NUMBER: _ClassVar[int]
     session_id: str
     protocol_version: int
     trainer_version: str
     resume_token: str
     frame_ring_accepted: bool
-    def __init__(self, session_id: _Optional[str] = ..., protocol_version: _Optional[int] = ..., trainer_version: _Optional[str] = ..., resume_token: _Optional[str] = ..., frame_ring_accepted: _Optional[bool] = ...) -> None: ...
+    echoes_probes: bool
+    def __init__(self, session_id: _Optional[str] = ..., protocol_version: _Optional[int] = ..., trainer_version: _Optional[str] = ..., resume_token: _Optional[str] = ..., frame_ring_accepted: _Optional[bool] = ..., echoes_probes: _Optional[bool] = ...) -> None: ...
 
 class ActionChunk(_message.Message):
     __slots__ = ("obs_seq", "chunk_len", "action_dim", "values", "max_age_ms", "policy_version")

@@ -28,8 +28,13 @@ class LinkConfig:
     tls_key: str | None = None
     tls_server_name: str | None = None  # override the name checked in the trainer's certificate
     insecure: bool = False
-    codec: str = "jpeg"
+    # "auto": measure the link and pick raw or a JPEG quality per camera (robot_agent/codec_choice.py);
+    # "jpeg" / "raw": always that. jpeg_quality is the top quality; auto goes down to min_jpeg_quality.
+    codec: str = "auto"
     jpeg_quality: int = 90
+    min_jpeg_quality: int = 50
+    max_link_share: float = 0.5  # auto keeps an observation's link time under this share of the period
+    probe_interval_s: float = 2.0  # auto measures the link this often while running (a probe pair)
     reconnect_initial_s: float = 0.2
     reconnect_max_s: float = 5.0
     max_outbox_observations: int = 8  # live observations waiting to be sent; older ones are skipped
@@ -39,8 +44,14 @@ class LinkConfig:
     frame_ring_slots: int = 16
 
     def __post_init__(self) -> None:
-        if self.codec not in ("jpeg", "raw"):
-            raise AgentConfigError(f"link.codec must be 'jpeg' or 'raw', got {self.codec!r}")
+        if self.codec not in ("auto", "jpeg", "raw"):
+            raise AgentConfigError(f"link.codec must be 'auto', 'jpeg' or 'raw', got {self.codec!r}")
+        if not 1 <= self.min_jpeg_quality <= 100:
+            raise AgentConfigError(f"link.min_jpeg_quality must be in 1..100, got {self.min_jpeg_quality}")
+        if not self.probe_interval_s > 0:
+            raise AgentConfigError(f"link.probe_interval_s must be > 0, got {self.probe_interval_s}")
+        if not 0.0 < self.max_link_share <= 1.0:
+            raise AgentConfigError(f"link.max_link_share must be in (0, 1], got {self.max_link_share}")
         if self.frame_ring_slots != 0 and self.frame_ring_slots < 2:
             raise AgentConfigError(
                 f"link.frame_ring_slots must be 0 (off) or >= 2, got {self.frame_ring_slots}"

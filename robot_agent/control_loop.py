@@ -27,6 +27,7 @@ from protos import link_codec
 from protos import robot_link_pb2 as pb
 from robot_agent.action_queue import ActionQueue
 from robot_agent.chunk_intake import ChunkIntake
+from robot_agent.codec_choice import ChoiceRule, CodecSelector
 from robot_agent.config import AgentConfig
 from robot_agent.drivers.base import DriverError, RobotDriver
 from robot_agent.frame_encoder import FrameEncoder
@@ -105,7 +106,12 @@ class ControlLoop:
         self.ledger = TickLedger()  # the tick being run (observations and actions are indexed by it)
         self._episode: _Episode | None = None
         self._last_executed: np.ndarray | None = None
-        self._encoder = FrameEncoder(len(self.spec.cameras), config.link.codec, config.link.jpeg_quality)
+        link = config.link
+        self.codec = CodecSelector(  # the link thread feeds it measurements (link.codec=auto)
+            link.codec, self.spec.camera_names, link.jpeg_quality, link.min_jpeg_quality,
+            ChoiceRule(self.period_s * 1e3, link.max_link_share),
+        )  # fmt: skip
+        self._encoder = FrameEncoder(len(self.spec.cameras), self.codec)
         self._encoder.offer_ring(self.spec, config.link.server, config.link.frame_ring_slots)
         self._thread: threading.Thread | None = None
         self._driver_error: str | None = None
@@ -126,6 +132,7 @@ class ControlLoop:
         self._commands.append(command)
 
     def link_up(self) -> None:
+        self.codec.announce_again()  # the trainer learns how frames come, on the session's first one
         self._link_up.set()
 
     def link_down(self) -> None:
@@ -353,6 +360,7 @@ class ControlLoop:
             instruction=reading.instruction or self.spec.instruction,
             mode=self.mode,
             holding=self.holding,
+            codec_reason=self.codec.take_announcement() if self._link_up.is_set() else "",
         )
         if episode is not None and episode.transition is not None:
             self.ledger.attach(msg, episode.transition)  # a later answer is no longer recorded
@@ -383,6 +391,7 @@ class ControlLoop:
     def use_frame_ring(self, accepted: bool) -> None:
         """Called by the link: the trainer mapped the ring (True) or the session ended (False)."""
         self._encoder.ring_active = accepted and self._encoder.ring is not None
+        self.codec.use_ring(self._encoder.ring_active)
 
     # -- commands, episodes, hold ------------------------------------------------------------------
     def _apply_command(self, command: pb.Command) -> None:

@@ -1,10 +1,11 @@
-"""Camera frames to wire frames: each camera encoded on its own thread (JPEG or raw, per the link
-config), stamped with the time the camera captured it. Raw frames to a trainer on this host go into
-the frame ring (shared memory) instead, once the trainer has accepted it."""
+"""Camera frames to wire frames: each camera encoded on its own thread (raw, or JPEG at a quality, as
+the :class:`CodecSelector` says), stamped with the time the camera captured it. Raw frames to a
+trainer on this host go into the frame ring (shared memory) instead, once the trainer has accepted it."""
 
 from __future__ import annotations
 
 import logging
+import time
 from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
@@ -13,23 +14,28 @@ from protos import link_codec
 from protos import robot_link_pb2 as pb
 from protos.env_spec import EnvSpec
 from protos.frame_ring import FrameRingError, FrameRingWriter, address_is_local
+from robot_agent.codec_choice import CodecSelector, measure_costs
 
 log = logging.getLogger(__name__)
+REMEASURE_S = 30.0  # the options' costs are measured again on newer frames this often
 
 
 class FrameEncoder:
     """Encodes one observation's images in parallel (the codecs release the GIL)."""
 
-    def __init__(self, cameras: int, codec: str, jpeg_quality: int) -> None:
-        self.codec, self.jpeg_quality = codec, jpeg_quality
+    def __init__(self, cameras: int, selector: CodecSelector) -> None:
+        self.selector = selector
         self.pool = ThreadPoolExecutor(max(1, cameras), thread_name_prefix="jpeg")
         self.ring: FrameRingWriter | None = None
         self.ring_active = False  # set by the link while a trainer that accepted the ring is connected
         self._ring_cameras: list[str] = []
+        self._measured_at = 0.0
+        self._remeasuring = ThreadPoolExecutor(1, thread_name_prefix="codec-costs")  # off the encode pool
+        self._measuring = None  # the remeasurement in flight
 
     def offer_ring(self, spec: EnvSpec, server: str, slots: int) -> None:
         """Make a frame ring when raw frames go to a trainer on this host (else frames stay in-band)."""
-        if self.codec != "raw" or slots == 0 or not spec.cameras or not address_is_local(server):
+        if self.selector.codec == "jpeg" or slots == 0 or not spec.cameras or not address_is_local(server):
             return
         try:
             self.ring = FrameRingWriter([c.shape for c in spec.cameras], slots)
@@ -49,14 +55,38 @@ class FrameEncoder:
         if self.ring is not None and self.ring_active:
             frames = self._into_ring(images, seq)
         else:
+            self._measure_costs(images)
+            options = {name: self.selector.option(name) for name in images}
             futures = [
-                self.pool.submit(link_codec.encode_frame, name, image, self.codec, self.jpeg_quality)
+                self.pool.submit(
+                    link_codec.encode_frame, name, image, options[name].codec, options[name].quality
+                )
                 for name, image in images.items()
             ]
             frames = [future.result() for future in futures]
         for frame in frames:
             frame.capture_mono_ns = capture_ns.get(frame.camera, 0)
         return frames
+
+    def _measure_costs(self, images: dict[str, np.ndarray]) -> None:
+        """What each option costs on these cameras: now, the first time; then on the pool, now and then."""
+        if not self.selector.measuring:
+            return
+        if self.selector.needs_costs():
+            for name, image in images.items():
+                self.selector.set_costs(name, measure_costs(image, self.selector.options))
+            self._measured_at = time.monotonic()
+        elif time.monotonic() - self._measured_at > REMEASURE_S and self._measuring is None:
+            copies = {name: image.copy() for name, image in images.items()}
+            self._measured_at = time.monotonic()
+            self._measuring = self._remeasuring.submit(self._remeasure, copies)
+
+    def _remeasure(self, images: dict[str, np.ndarray]) -> None:
+        try:
+            for name, image in images.items():
+                self.selector.set_costs(name, measure_costs(image, self.selector.options))
+        finally:
+            self._measuring = None
 
     def _into_ring(self, images: dict[str, np.ndarray], seq: int) -> list[pb.Frame]:
         assert self.ring is not None
@@ -69,5 +99,6 @@ class FrameEncoder:
 
     def close(self) -> None:
         self.pool.shutdown(wait=False)
+        self._remeasuring.shutdown(wait=False)
         if self.ring is not None:
             self.ring.close()

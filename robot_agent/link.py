@@ -12,6 +12,7 @@ import contextlib
 import logging
 import random
 import threading
+import time
 from pathlib import Path
 
 import grpc
@@ -45,6 +46,10 @@ def _tls_reason(details: str) -> str:
     first = details.splitlines()[0] if details else "no details"
     return (f"{first[:160]}: check --tls-ca (the CA that signed the trainer's certificate), the client "
             "certificate and its dates")  # fmt: skip
+
+
+PROBE_PAIRS_AT_CONNECT = 3
+PROBE_TIMEOUT_S = 5.0
 
 
 class LinkRefused(RuntimeError):
@@ -102,6 +107,9 @@ class LinkClient:
         self._pending_observations = 0
         self._count_lock = threading.Lock()
         self._uploads: set[asyncio.Task] = set()
+        self._probe_id = 0
+        self._probes_sent: dict[int, float] = {}  # probe id -> when it was written (perf_counter)
+        self._probe_waiters: dict[int, asyncio.Future] = {}
 
     # -- called from the control thread ------------------------------------------------------------
     def send(self, message: pb.AgentMessage) -> None:
@@ -197,14 +205,20 @@ class LinkClient:
                 log.info("raw frames %s", "by shared memory (the trainer is on this host)"
                          if first.welcome.frame_ring_accepted else "in-band: the trainer did not map the frame ring")  # fmt: skip
             self._outbox = outbox = asyncio.Queue()
+            probing = first.welcome.echoes_probes and self.control.codec.measuring
+            early = await self._probe_at_connect(call) if probing else []
             with self._count_lock:
                 self._pending_observations = 0
             self.control.link_up()
+            for message in early:  # what the trainer sent while the link was being measured
+                await self._dispatch(message, outbox)
             tasks = [
                 asyncio.create_task(self._write(call, outbox)),
                 asyncio.create_task(self._read(call, outbox)),
                 asyncio.create_task(stop.wait()),
             ]
+            if probing:
+                tasks.append(asyncio.create_task(self._probe_now_and_then(outbox)))
             upload = asyncio.create_task(self._upload(pending, outbox))
             try:
                 done, _ = await asyncio.wait(tasks, return_when=asyncio.FIRST_COMPLETED)
@@ -249,6 +263,10 @@ class LinkClient:
             if message.HasField("observation"):
                 with self._count_lock:
                     self._pending_observations -= 1
+            elif message.HasField("probe"):
+                self._probes_sent[message.probe.id] = (
+                    time.perf_counter()
+                )  # timed from the wire, not the queue
             await call.write(message)
 
     async def _read(self, call, outbox: asyncio.Queue) -> None:
@@ -256,13 +274,78 @@ class LinkClient:
             message = await call.read()
             if message is grpc.aio.EOF:
                 await self._ended(call)
-            body = message.WhichOneof("body")
-            if body == "actions":
-                self.control.accept_chunk(message.actions)
-            elif body == "command":
-                self.control.post_command(message.command)
-            elif body == "ack":
-                await self._on_ack(message.ack, outbox)
+            await self._dispatch(message, outbox)
+
+    async def _dispatch(self, message: pb.TrainerMessage, outbox: asyncio.Queue) -> None:
+        body = message.WhichOneof("body")
+        if body == "actions":
+            self.control.accept_chunk(message.actions)
+        elif body == "command":
+            self.control.post_command(message.command)
+        elif body == "ack":
+            await self._on_ack(message.ack, outbox)
+        elif body == "probe_echo":
+            waiter = self._probe_waiters.pop(message.probe_echo.id, None)
+            sent = self._probes_sent.pop(message.probe_echo.id, None)
+            if waiter is not None and sent is not None and not waiter.done():
+                waiter.set_result((time.perf_counter() - sent) * 1e3)
+
+    # -- measuring the link for link.codec=auto (robot_agent/codec_choice.py) ----------------------
+    async def _probe_at_connect(self, call) -> list[pb.TrainerMessage]:
+        """Probe pairs before the first observation; returns what else the trainer sent meanwhile."""
+        early: list[pb.TrainerMessage] = []
+        try:
+            await self._probe_inline(call, 0, early)  # warm-up: the stream's first round trips run slow
+            for _ in range(PROBE_PAIRS_AT_CONNECT):
+                size = self.control.codec.meter.probe_bytes(self._probe_cap())
+                small = await self._probe_inline(call, 0, early)
+                large = await self._probe_inline(call, size, early)
+                self.control.codec.probed(small, large, size)
+        except asyncio.TimeoutError:
+            log.warning("the trainer did not echo a link probe within %g s: frames stay %s until it does",
+                        PROBE_TIMEOUT_S, self.control.codec.choice.labels())  # fmt: skip
+        return early
+
+    async def _probe_inline(self, call, size: int, early: list) -> float:
+        probe_id = self._next_probe_id()
+        started = time.perf_counter()
+        await call.write(pb.AgentMessage(probe=pb.LinkProbe(id=probe_id, padding=bytes(size))))
+        while True:
+            message = await asyncio.wait_for(call.read(), PROBE_TIMEOUT_S)
+            if message is grpc.aio.EOF:
+                await self._ended(call)
+            if message.HasField("probe_echo") and message.probe_echo.id == probe_id:
+                return (time.perf_counter() - started) * 1e3
+            early.append(message)
+
+    async def _probe_now_and_then(self, outbox: asyncio.Queue) -> None:
+        """A probe pair every ``link.probe_interval_s``, about 4 ms of the link at its measured rate."""
+        loop = asyncio.get_running_loop()
+        while True:
+            await asyncio.sleep(self.config.probe_interval_s)
+            size = self.control.codec.meter.probe_bytes(self._probe_cap())
+            times = []
+            for padding in (0, size):
+                probe_id = self._next_probe_id()
+                waiter = self._probe_waiters[probe_id] = loop.create_future()
+                outbox.put_nowait(pb.AgentMessage(probe=pb.LinkProbe(id=probe_id, padding=bytes(padding))))
+                try:
+                    times.append(await asyncio.wait_for(waiter, PROBE_TIMEOUT_S))
+                except asyncio.TimeoutError:
+                    self._probe_waiters.pop(probe_id, None)
+                    self._probes_sent.pop(probe_id, None)
+                    break
+            if len(times) == 2:
+                self.control.codec.probed(times[0], times[1], size)
+
+    def _probe_cap(self) -> int:
+        """A large probe is at most one observation of raw frames (and at most PROBE_MAX_BYTES)."""
+        raw = sum(camera.height * camera.width * 3 for camera in self.control.spec.cameras)
+        return max(1, min(raw, link_codec.MAX_PROBE_BYTES))
+
+    def _next_probe_id(self) -> int:
+        self._probe_id += 1
+        return self._probe_id
 
     async def _on_ack(self, ack: pb.Ack, outbox: asyncio.Queue) -> None:
         if ack.status == pb.Ack.STORED:

@@ -359,3 +359,23 @@ def test_health_asks_for_the_token_when_configured_and_reflection_always_does(he
     finally:
         channel.close()
         served.stop()
+
+
+def test_link_probes_are_echoed_and_a_probe_flood_or_a_huge_probe_ends_the_stream(server):
+    """link.codec=auto's probes: each is answered with its id and no padding; beyond the allowance
+    (a burst of 16, then 4 a second) or the size limit the stream ends, naming the limit."""
+    client = RawClient(server.server.port).send(
+        register(), pb.AgentMessage(probe=pb.LinkProbe(id=7, padding=b"x" * 1000))
+    )
+    wait_until(lambda: len(client.replies) >= 2, what="the probe's echo")
+    welcome, echo = client.replies[:2]
+    assert welcome.welcome.echoes_probes
+    assert echo.WhichOneof("body") == "probe_echo" and echo.probe_echo.id == 7 and not echo.probe_echo.padding
+    client.close()
+    huge = pb.AgentMessage(probe=pb.LinkProbe(id=1, padding=bytes(link_codec.MAX_PROBE_BYTES + 1)))
+    flood = [pb.AgentMessage(probe=pb.LinkProbe(id=i)) for i in range(40)]
+    for messages in ([huge], flood):
+        client = RawClient(server.server.port).send(register(), *messages)
+        assert client.ended() == grpc.StatusCode.INVALID_ARGUMENT, client.details
+        assert "probes are at most" in client.details
+        client.close()

@@ -107,18 +107,19 @@ def test_a_ring_is_mapped_only_for_a_peer_on_this_host(peer, local):
     [("127.0.0.1:50051", True), ("localhost:50051", True), ("[::1]:50051", True),
      ("trainer.lab:50051", False), ("10.0.0.7:50051", False)],
 )  # fmt: skip
-def test_the_agent_offers_a_ring_only_for_raw_frames_to_this_host(server, offered):
+def test_the_agent_offers_a_ring_only_for_raw_or_auto_frames_to_this_host(server, offered):
     from protos.env_spec import CameraSpec, EnvSpec, StateField, ee_delta_action_space
+    from robot_agent.codec_choice import ChoiceRule, CodecSelector
     from robot_agent.frame_encoder import FrameEncoder
 
     spec = EnvSpec(
         "arm", (CameraSpec("front", 8, 8, 10.0),), (StateField("s", 1),), ee_delta_action_space(), 10.0, "", 5
     )
-    for codec in ("raw", "jpeg"):
-        encoder = FrameEncoder(1, codec, 90)
+    for codec in ("raw", "jpeg", "auto"):
+        encoder = FrameEncoder(1, CodecSelector(codec, ["front"], 90, 50, ChoiceRule(100.0)))
         encoder.offer_ring(spec, server, slots=4)
         try:
-            assert (encoder.ring_proto() is not None) is (offered and codec == "raw")
+            assert (encoder.ring_proto() is not None) is (offered and codec != "jpeg")
         finally:
             encoder.close()
 

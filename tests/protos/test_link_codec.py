@@ -60,6 +60,16 @@ def test_raw_frames_round_trip_exactly():
     np.testing.assert_array_equal(link_codec.decode_frame(frame, spec().camera("front")), img)
 
 
+@pytest.mark.parametrize(("height", "width"), [(1, 1), (7, 13), (120, 160), (480, 640)])
+def test_raw_frames_cross_the_wire_bit_exact_at_any_size(height, width):
+    """Through a serialised and parsed observation, as on the link (odd sizes included)."""
+    img = np.random.default_rng(height).integers(0, 256, (height, width, 3), dtype=np.uint8)
+    sent = pb.Observation(seq=1, frames=[link_codec.encode_frame("front", img, codec="raw")])
+    received = pb.Observation.FromString(sent.SerializeToString())
+    decoded = link_codec.decode_frame(received.frames[0], CameraSpec("front", height, width, 20.0))
+    np.testing.assert_array_equal(decoded, img)
+
+
 def test_jpeg_frames_round_trip_closely_and_into_a_reused_buffer():
     img = image()
     frame = link_codec.encode_frame("front", img, codec="jpeg", quality=95)

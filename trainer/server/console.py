@@ -39,6 +39,7 @@ class Console:
             "rate Hz",
             "reply ms p50",
             "frame age ms",
+            "frames",
             "episodes",
             "policy v",
             "safety",
@@ -56,11 +57,18 @@ class Console:
                 f"{stats.rate_hz():.1f}",
                 f"{np.median(replies):.1f}" if replies else "-",
                 f"{np.median(ages):.1f}" if ages else "-",
+                stats.frames or "-",
                 str(stats.episodes_stored),
                 str(stats.policy_version),
                 safety_summary(stats.safety_events),
                 str(stats.errors),
             )
+        reasons = [
+            f"{s.robot_id}: {s.stats.codec_reason}"
+            for s in self.server.sessions.values()
+            if s.stats.codec_reason
+        ]
+        table.caption = "\n".join(reasons) or None  # why each robot's frames come as they do
         return table
 
     async def run(self, stop: asyncio.Event) -> None:

@@ -255,6 +255,7 @@ class _Servicer(pb_grpc.RobotLinkServicer):
                     trainer_version=link_codec.AGENT_VERSION,
                     resume_token=session.resume_token,
                     frame_ring_accepted=ring_accepted,
+                    echoes_probes=True,
                 )
             )
             while True:
@@ -367,6 +368,8 @@ class _Servicer(pb_grpc.RobotLinkServicer):
             ack = await self._stored(assembler.on_upload, message.episode_upload)
             if ack is not None:
                 self._ack(session, ack)
+        elif body == "probe":
+            session.echo_probe(message.probe)
         elif body == "error":
             session.stats.errors += 1
             session.stats.last_error = f"{message.error.code}: {message.error.message}"[:500]

@@ -22,6 +22,7 @@ from trainer.server.admission import RECENT_OBSERVATIONS
 log = logging.getLogger(__name__)
 STATES = ("streaming", "holding", "disconnected")
 CLOCK_WARN_S = 1.0  # a robot PC's wall clock this far from the trainer's: its logs will not line up
+PROBES_AT_ONCE, PROBES_PER_S = 16, 4.0  # link probes an agent may send (a burst, then a rate)
 
 
 class RobotUnavailable(ConnectionError):
@@ -45,12 +46,28 @@ class SessionStats:
     policy_version: int = 0  # of the chunk behind the newest executed policy action (agent's echo)
     clock_offset_s: float = 0.0  # trainer wall clock minus the agent's, at the first observation
     ring_overruns: int = 0  # observations lost because the agent reused their frame-ring slot
+    probes: int = 0  # link probes echoed (link.codec=auto measures the link with them)
+    codec_reason: str = ""  # the agent's newest word on how it encodes its frames, and why
+    frames: str = ""  # how the newest observation's frames came, e.g. "jpeg q75" or "raw, ring"
 
     def rate_hz(self) -> float:
         if len(self.arrival_s) < 2:
             return 0.0
         span = self.arrival_s[-1] - self.arrival_s[0]
         return (len(self.arrival_s) - 1) / span if span > 0 else 0.0
+
+
+def frames_label(frames) -> str:
+    """How frames came, in a few characters: "jpeg q75", "raw", "ring" (several when cameras differ)."""
+    labels = []
+    for frame in frames:
+        if frame.codec == pb.CODEC_JPEG:
+            label = f"jpeg q{frame.jpeg_quality}" if frame.jpeg_quality else "jpeg"
+        else:
+            label = "ring" if frame.codec == pb.CODEC_RING else "raw"
+        if label not in labels:
+            labels.append(label)
+    return ", ".join(labels)
 
 
 ObservationListener = Callable[["RobotSession", pb.Observation], None]
@@ -82,6 +99,7 @@ class RobotSession:
         self._answers: deque[tuple[int, np.ndarray]] = deque(maxlen=64)
         self._listeners = listeners  # the server's list: a listener added later hears this robot too
         self.frame_ring: FrameRingReader | None = None  # an agent on this host: raw frames by shm
+        self.opened_at = time.monotonic()
 
     # -- incoming ------------------------------------------------------------------------------------
     async def on_observation(self, obs: pb.Observation) -> None:
@@ -93,6 +111,7 @@ class RobotSession:
             if frame.capture_mono_ns and obs.mono_ns >= frame.capture_mono_ns:
                 self.stats.frame_age_ms.append((obs.mono_ns - frame.capture_mono_ns) / 1e6)
         self.stats.safety_events.update(obs.transition.safety_events)
+        self._note_codec(obs)
         if obs.transition.policy_action:
             self.stats.policy_version = obs.transition.policy_version
         self.stats.arrival_s.append(now)
@@ -108,6 +127,12 @@ class RobotSession:
             self._new_observation.notify_all()
         for listener in self._listeners:
             listener(self, obs)
+
+    def _note_codec(self, obs: pb.Observation) -> None:
+        if obs.codec_reason:
+            self.stats.codec_reason = obs.codec_reason
+            log.info("robot %s frames: %s", self.robot_id, obs.codec_reason)
+        self.stats.frames = frames_label(obs.frames) + (" (shm ring)" if self.frame_ring is not None else "")
 
     def _check_clock(self, agent_wall_ns: int) -> None:
         offset = time.time() - agent_wall_ns / 1e9  # includes the link's one-way delay (ms)
@@ -179,6 +204,17 @@ class RobotSession:
         chunk = link_codec.chunk_to_proto(actions, obs_seq, max_age_ms, policy_version)
         self._answers.append((obs_seq, link_codec.chunk_from_proto(chunk)))
         self.outbox.put_nowait(pb.TrainerMessage(actions=chunk))
+
+    def echo_probe(self, probe: pb.LinkProbe) -> None:
+        """Answer a link probe at once (the agent times it); too many or too large ends the stream."""
+        self.stats.probes += 1
+        allowed = PROBES_AT_ONCE + PROBES_PER_S * (time.monotonic() - self.opened_at)
+        if len(probe.padding) > link_codec.MAX_PROBE_BYTES or self.stats.probes > allowed:
+            raise link_codec.LinkCodecError(
+                f"link probe {probe.id} of {len(probe.padding)} bytes: probes are at most "
+                f"{link_codec.MAX_PROBE_BYTES} bytes, {PROBES_PER_S:g} a second"
+            )
+        self.send_raw(pb.TrainerMessage(probe_echo=pb.LinkProbe(id=probe.id)))
 
     def send_command(self, kind: int, **fields) -> None:
         self._ensure_open()
