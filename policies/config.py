@@ -17,6 +17,7 @@ class VLAConfig:
     parallel_decoding: bool = False  # tokens: one parallel pass (OpenVLA-OFT) instead of token by token
     action_bins: int = 256
     max_instruction_tokens: int = 48
+    state_tokens: str = "one"  # "one" (the state as one token) or "fields" (a token per state field)
     lora_rank: int = 0  # 0 trains every weight; >0 adds LoRA adapters to the text model (peft)
     dtype: str = "float32"  # "float32" or "bfloat16" (the backbone's weights; heads stay float32)
     gradient_checkpointing: bool = False
@@ -30,6 +31,8 @@ class VLAConfig:
             raise ValueError(f"policy.vla.head must be one of {VLA_HEADS}, got {self.head!r}")
         if not 2 <= self.action_bins <= 1024:
             raise ValueError(f"policy.vla.action_bins must be in [2, 1024], got {self.action_bins}")
+        if self.state_tokens not in ("one", "fields"):
+            raise ValueError(f"policy.vla.state_tokens must be 'one' or 'fields', got {self.state_tokens!r}")
         if self.dtype not in ("float32", "bfloat16"):
             raise ValueError(f"policy.vla.dtype must be 'float32' or 'bfloat16', got {self.dtype!r}")
         if self.flow_steps < 1:

@@ -236,14 +236,13 @@ class PickColorTask:
         return np.concatenate([pos, quat, pos - scene.tcp_pos, *cubes, onehot])
 
     def object_fields(self) -> tuple[StateField, ...]:
-        n = len(self.colors)
-        return (StateField("cubes_pos", 3 * n), StateField("cubes_rel_tcp", 3 * n))
+        return tuple(StateField(f"{color}_cube", 6) for color in self.colors)
 
     def object_state(self, scene: SceneView) -> np.ndarray:
-        """Every cube's position in colour order, absolute and from the TCP: nothing says which
-        one the instruction names."""
+        """Each cube's position, absolute then from the TCP, one field per cube in colour order:
+        nothing says which one the instruction names."""
         cubes = [scene.cube_pose_of(color)[0] for color in self.colors]
-        return np.concatenate([*cubes, *(c - scene.tcp_pos for c in cubes)])
+        return np.concatenate([np.concatenate([c, c - scene.tcp_pos]) for c in cubes])
 
     def reset(self, scene: SceneView, rng: np.random.Generator) -> None:
         placed: list[np.ndarray] = []

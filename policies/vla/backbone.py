@@ -10,6 +10,8 @@ language-model head's rows for chosen tokens.
 
 from __future__ import annotations
 
+import functools
+import inspect
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -147,10 +149,16 @@ class VisionLanguageBackbone(nn.Module):
             inputs_embeds=embeddings.to(self.dtype),
             attention_mask=attention_mask,
             position_ids=position_ids,
-            past_key_values=cache,
             use_cache=use_cache,
+            **{self._cache_keyword: cache},
         )
-        return out.last_hidden_state.float(), out.past_key_values
+        return out.last_hidden_state.float(), out.get(self._cache_keyword)
+
+    @functools.cached_property
+    def _cache_keyword(self) -> str:
+        """transformers 5.x renamed ``past_key_values`` to ``cache`` (the old name goes in 5.40)."""
+        base = getattr(self.text_model, "get_base_model", lambda: self.text_model)()  # under peft
+        return "cache" if "cache" in inspect.signature(base.forward).parameters else "past_key_values"
 
     def token_logits(self, hidden: torch.Tensor, token_ids: torch.Tensor) -> torch.Tensor:
         """Logits of ``token_ids`` only: [..., hidden] -> [..., len(token_ids)] (float32)."""

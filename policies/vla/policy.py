@@ -4,7 +4,8 @@ state, with an OpenVLA token head or a pi0 flow head, and a value head for PPO.
 The prompt the text model reads is ``[image patches of each camera] [instruction tokens] [state]``:
 the images through the backbone's vision tower and projector, the instruction through its own
 tokenizer (left-padded within its block; position ids skip the padding), and the normalised state
-as one projected embedding (pi0 feeds proprioception; OpenVLA does not, but our tasks need it).
+as one projected embedding or one token per state field (``policy.vla.state_tokens``, see
+:mod:`policies.vla.state_tokens`; pi0 feeds proprioception; OpenVLA does not, but our tasks need it).
 The value head reads the last prompt position's hidden state.
 """
 
@@ -23,6 +24,7 @@ from policies.normalization import RunningNormalizer
 from policies.vla.action_tokens import ActionTokenizer
 from policies.vla.backbone import VisionLanguageBackbone, load_backbone
 from policies.vla.flow_head import FlowActionHead, FlowSchedule
+from policies.vla.state_tokens import make_state_tokens
 from policies.vla.token_head import Prefix, TokenActionHead
 from protos import EnvSpec
 
@@ -51,7 +53,7 @@ class VLAPolicy(Policy):
         self.backbone = VisionLanguageBackbone(model, tokenizer, processor)
         hidden = self.backbone.hidden_size
         self.state_norm = RunningNormalizer(spec.state_dim)
-        self.state_proj = nn.Linear(spec.state_dim, hidden)
+        self.state_proj = make_state_tokens(vla.state_tokens, spec, hidden, tokenizer)
         self.value_head = (
             nn.Sequential(nn.Linear(hidden, 256), nn.Tanh(), nn.Linear(256, 1)) if cfg.value_head else None
         )
@@ -95,7 +97,7 @@ class VLAPolicy(Policy):
     # -- the prompt ----------------------------------------------------------------------------
     @property
     def device(self) -> torch.device:
-        return self.state_proj.weight.device
+        return self.state_norm.mean.device
 
     def prefix(self, obs: dict[str, Any]) -> Prefix:
         """Embeddings and mask of ``[images] [instruction] [state]`` for a batch of observations."""
@@ -112,11 +114,11 @@ class VLAPolicy(Policy):
         )
         text = self.backbone.embed_tokens(ids).float()
         state = self.state_norm(state.float()) if self.cfg.normalize_state else state.float()
-        state_token = self.state_proj(state).unsqueeze(1)
+        state_tokens = self.state_proj(state, self.backbone.embed_tokens)
         ones = lambda n: torch.ones(batch, n, dtype=text_mask.dtype, device=self.device)  # noqa: E731
         return Prefix(
-            torch.cat([images, text, state_token], dim=1),
-            torch.cat([ones(images.shape[1]), text_mask, ones(1)], dim=1),
+            torch.cat([images, text, state_tokens], dim=1),
+            torch.cat([ones(images.shape[1]), text_mask, ones(state_tokens.shape[1])], dim=1),
         )
 
     def _as_tensors(self, obs: dict[str, Any]) -> dict[str, Any]:

@@ -1,5 +1,5 @@
 """``tiny:<family>``: randomly initialised backbones of the real transformers classes at about a
-million parameters, with a byte-level tokenizer and a SigLIP image processor, so tests and CPU runs
+million parameters, with a small byte-level BPE tokenizer and a SigLIP image processor, so tests and CPU runs
 never need a download. ``save_tiny`` writes one in Hugging Face layout, for the real loading path."""
 
 from __future__ import annotations
@@ -13,16 +13,86 @@ FAMILIES = ("llava-llama", "llava-qwen2", "paligemma")
 IMAGE_TOKEN = "<image>"
 
 
-def byte_tokenizer(action_bins: int):
-    """A byte-level tokenizer: 256 byte symbols, pad/bos/eos, the image token, then ``action_bins``
+# The words the tiny tokenizer learns whole (as a real tokenizer has " red" and " cube" as tokens):
+# the prompt, our tasks' instructions and state-field names. Anything else falls back to bytes.
+TINY_WORDS = [
+    "in",
+    "out",
+    "what",
+    "action",
+    "should",
+    "the",
+    "robot",
+    "take",
+    "to",
+    "lift",
+    "pick",
+    "up",
+    "place",
+    "put",
+    "push",
+    "move",
+    "open",
+    "close",
+    "turn",
+    "press",
+    "reach",
+    "it",
+    "and",
+    "on",
+    "of",
+    "from",
+    "a",
+    "red",
+    "green",
+    "blue",
+    "yellow",
+    "orange",
+    "purple",
+    "white",
+    "black",
+    "cube",
+    "block",
+    "plate",
+    "target",
+    "goal",
+    "drawer",
+    "door",
+    "button",
+    "gripper",
+    "joint",
+    "pos",
+    "vel",
+    "tcp",
+    "quat",
+    "width",
+    "rel",
+    "left",
+    "right",
+]
+TINY_CORPUS = (
+    "In: What action should the robot take to lift the red cube?\nOut:",
+    *(f"{word} {word.capitalize()} the {word}" for word in TINY_WORDS),
+)
+
+
+def word_tokenizer(action_bins: int):
+    """A byte-level BPE tokenizer whose merges spell :data:`TINY_WORDS` whole (trained on a fixed
+    corpus, so it is the same every time): pad/bos/eos, the image token, then ``action_bins``
     action tokens at the end of the vocabulary (where OpenVLA puts them)."""
-    from tokenizers import Tokenizer, decoders, models, pre_tokenizers
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
     from transformers import PreTrainedTokenizerFast
 
-    alphabet = sorted(pre_tokenizers.ByteLevel.alphabet())
-    model = Tokenizer(models.BPE(vocab={ch: i for i, ch in enumerate(alphabet)}, merges=[]))
+    model = Tokenizer(models.BPE())
     model.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
     model.decoder = decoders.ByteLevel()
+    trainer = trainers.BpeTrainer(
+        vocab_size=1000,
+        min_frequency=1,
+        initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
+        show_progress=False,
+    )
+    model.train_from_iterator(TINY_CORPUS, trainer)
     tokenizer = PreTrainedTokenizerFast(
         tokenizer_object=model, pad_token="<pad>", bos_token="<s>", eos_token="</s>", padding_side="left"
     )
@@ -72,7 +142,7 @@ def tiny_backbone(family: str, action_bins: int):
     """(model, tokenizer, image processor) of a tiny ``family`` backbone."""
     import transformers
 
-    tokenizer = byte_tokenizer(action_bins)
+    tokenizer = word_tokenizer(action_bins)
     model = tiny_model(family, len(tokenizer), tokenizer.convert_tokens_to_ids(IMAGE_TOKEN))
     # The PIL flavour where transformers has one: the other wants torchvision, which we do not need
     # (the policy applies the processor's resize and normalisation to tensors itself).

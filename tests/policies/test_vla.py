@@ -24,6 +24,7 @@ HEADS = {
     "tokens": VLAConfig(head="tokens"),
     "tokens-parallel": VLAConfig(head="tokens", parallel_decoding=True),
     "flow": VLAConfig(head="flow", flow_steps=3),
+    "tokens-fields": VLAConfig(head="tokens", parallel_decoding=True, state_tokens="fields"),
 }
 
 
@@ -183,6 +184,8 @@ def test_bad_vla_inputs_are_one_line_errors(env, tmp_path):
         make_policy(env.env_spec, PolicyConfig(kind="vla", cameras=["front"], chunk_size=80))
     with pytest.raises(ValueError, match=r"policy\.vla\.head must be one of"):
         VLAConfig(head="diffusion")
+    with pytest.raises(ValueError, match=r"policy\.vla\.state_tokens must be 'one' or 'fields', got 'each'"):
+        VLAConfig(state_tokens="each")
 
 
 def test_images_of_another_size_are_refused_when_the_processor_does_not_resize(env, tmp_path):
@@ -247,3 +250,26 @@ def test_ppo_can_start_from_an_sft_policy_without_a_value_head(env, tmp_path):
     torch.testing.assert_close(
         started.act(obs, "greedy").actions, load_policy(tmp_path / "sft").act(obs, "greedy").actions
     )
+
+
+def test_field_state_tokens_give_each_field_its_own_token_named_by_its_words(env):
+    policy = vla(env, "tokens-fields")
+    fields = env.env_spec.state_fields
+    obs = policy._as_tensors(observations(env, 2))
+    prefix = policy.prefix(obs).embeddings[:, -len(fields) :]
+    # A change in one field's values moves that field's token and no other.
+    goal = env.env_spec.state_slices()["goal_pos"]
+    moved = dict(obs, state=obs["state"].clone())
+    moved["state"][:, goal] += 1.0
+    changed = (policy.prefix(moved).embeddings[:, -len(fields) :] - prefix).abs().amax(dim=(0, 2))
+    at = [f.name for f in fields].index("goal_pos")
+    assert changed[at] > 0 and torch.all(changed[torch.arange(len(fields)) != at] == 0), changed
+    # The name part is read through the backbone's own word embeddings: editing the embedding of
+    # the word " goal" moves the tokens whose names hold it ("goal pos", "goal rel tcp") and only those.
+    table = policy.backbone.model.get_input_embeddings().weight
+    (word,) = policy.backbone.tokenizer(" goal", add_special_tokens=False)["input_ids"]
+    with torch.no_grad():
+        table[word] += 1.0
+    renamed = (policy.prefix(obs).embeddings[:, -len(fields) :] - prefix).abs().amax(dim=(0, 2))
+    named = torch.tensor([f.name.startswith("goal_") for f in fields])
+    assert named.sum() == 2 and torch.all(renamed[named] > 0) and torch.all(renamed[~named] == 0), renamed

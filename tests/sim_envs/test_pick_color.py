@@ -71,19 +71,17 @@ def test_recorded_demos_keep_each_episodes_instruction(tmp_path):
 def test_object_state_shows_every_cube_but_not_which_one_is_named():
     env = sim_envs.make("rlinf/FrankaPickColor-v0", cameras=(), privileged_state=False, object_state=True)
     names = [f.name for f in env.env_spec.state_fields]
-    assert names[-2:] == ["cubes_pos", "cubes_rel_tcp"] and "target_color" not in names
+    assert names[-3:] == ["red_cube", "green_cube", "blue_cube"] and "target_color" not in names
     seen = set()
     for seed in range(12):
         obs, _ = env.reset(seed=seed)
         privileged = env.privileged_state()
         full = env.privileged_spec().state_slices()
         shown = env.env_spec.state_slices()
-        np.testing.assert_allclose(obs["state"][shown["cubes_pos"]], privileged[full["cubes_pos"]], atol=1e-6)
-        np.testing.assert_allclose(
-            obs["state"][shown["cubes_rel_tcp"]],
-            privileged[full["cubes_pos"]] - np.tile(privileged[full["tcp_pos"]], 3),
-            atol=1e-6,
-        )
+        cubes = privileged[full["cubes_pos"]].reshape(3, 3)
+        tcp = privileged[full["tcp_pos"]]
+        for i, color in enumerate(("red", "green", "blue")):
+            np.testing.assert_allclose(obs["state"][shown[f"{color}_cube"]], [*cubes[i], *(cubes[i] - tcp)], atol=1e-6)
         seen.add(obs["instruction"])
     assert len(seen) == 3  # the instruction alone says which cube: it varies over the same layout of fields
 
