@@ -7,13 +7,18 @@ value head) for ``--rl-minutes`` each on CPU. Success and return are greedy, on 
 seeds that neither the demos (10000+) nor training (0+) reset from.
 
     python benchmarks/vla.py [--task rlinf/FrankaPickColor-v0] [--demos 40] [--sft-updates 1500]
-                             [--rl-minutes 8] [--heads tokens,flow] [--out FILE]
+                             [--sft-lr 1e-3] [--rl-minutes 8] [--heads tokens,flow]
+                             [--state proprio|objects] [--out FILE]
+
+``--state objects`` adds every cube's pose to the state (``object_state``: nothing says which cube
+is named) and gives the VLA a token per state field (``policy.vla.state_tokens=fields``).
 """
 
 from __future__ import annotations
 
 import argparse
 import copy
+import dataclasses
 import json
 import os
 import platform
@@ -98,11 +103,19 @@ def rollout_throughput(policy, venv, decisions: int = 20) -> dict[str, float]:
     return {"env_steps_per_s": steps / elapsed, "chunks_per_s": decisions * venv.num_envs / elapsed}
 
 
+STATES = {
+    "proprio": ({}, "one"),  # proprioception and the camera
+    "objects": ({"object_state": True}, "fields"),  # + every cube's pose, a token per field
+}
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--task", default="rlinf/FrankaPickColor-v0")
     parser.add_argument("--demos", type=int, default=40)
     parser.add_argument("--sft-updates", type=int, default=1500)
+    parser.add_argument("--sft-lr", type=float, default=1e-3)
+    parser.add_argument("--state", choices=sorted(STATES), default="proprio")
     parser.add_argument("--rl-minutes", type=float, default=8.0)
     parser.add_argument("--num-envs", type=int, default=16)
     parser.add_argument("--chunk", type=int, default=4)
@@ -113,18 +126,22 @@ def main() -> None:
     args = parser.parse_args()
     torch.set_num_threads(1)
 
-    demos = Path(args.work) / "demos"
+    env_extra, state_tokens = STATES[args.state]
+    env_kwargs = {**ENV, **env_extra}
+    demos = Path(args.work) / f"demos_{args.state}_{args.demos}"
     if not (demos / "meta" / "info.json").is_file():
-        record_expert_demos(DemoConfig(args.task, args.demos, str(demos), env_kwargs=ENV))
-    venv = sim_envs.make_vector(args.task, args.num_envs, backend="inline", **ENV)
+        record_expert_demos(DemoConfig(args.task, args.demos, str(demos), env_kwargs=env_kwargs))
+    venv = sim_envs.make_vector(args.task, args.num_envs, backend="inline", **env_kwargs)
     results: dict = {"task": args.task, "chunk": args.chunk, "num_envs": args.num_envs, "demos": args.demos,
-                     "sft_updates": args.sft_updates, "rl_minutes": args.rl_minutes,
+                     "sft_updates": args.sft_updates, "sft_lr": args.sft_lr, "state": args.state,
+                     "rl_minutes": args.rl_minutes,
                      "eval_episodes": args.eval_episodes, "heads": {}}  # fmt: skip
     for head in args.heads.split(","):
         torch.manual_seed(0)
-        cfg = PolicyConfig(kind="vla", cameras=["front"], chunk_size=args.chunk, vla=HEADS[head])
+        vla = dataclasses.replace(HEADS[head], state_tokens=state_tokens)
+        cfg = PolicyConfig(kind="vla", cameras=["front"], chunk_size=args.chunk, vla=vla)
         policy = make_policy(venv.spec, cfg)
-        sft = BC(policy, BCConfig(dataset=str(demos), batch_size=64, image_shift=0))
+        sft = BC(policy, BCConfig(str(demos), learning_rate=args.sft_lr, batch_size=64, image_shift=0))
         tick = time.perf_counter()
         losses = [sft.regression.fit(100) for _ in range(max(1, args.sft_updates // 100))]
         sft_s = time.perf_counter() - tick

@@ -273,3 +273,14 @@ def test_field_state_tokens_give_each_field_its_own_token_named_by_its_words(env
     renamed = (policy.prefix(obs).embeddings[:, -len(fields) :] - prefix).abs().amax(dim=(0, 2))
     named = torch.tensor([f.name.startswith("goal_") for f in fields])
     assert named.sum() == 2 and torch.all(renamed[named] > 0) and torch.all(renamed[~named] == 0), renamed
+
+
+def test_the_tiny_tokenizer_spells_task_words_whole_and_is_built_the_same_every_time():
+    from policies.vla.tiny import word_tokenizer
+
+    tokenizer = word_tokenizer(256)
+    words = tokenizer.tokenize("lift the red cube")
+    assert [tokenizer.convert_tokens_to_string([w]) for w in words] == ["lift", " the", " red", " cube"]
+    assert len(tokenizer.tokenize("reach-v3")) > 1  # other text falls back to pieces and bytes
+    assert tokenizer.get_vocab() == word_tokenizer(256).get_vocab()
+    assert tokenizer.convert_ids_to_tokens(len(tokenizer) - 1) == "<action_255>"

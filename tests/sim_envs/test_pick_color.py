@@ -81,7 +81,9 @@ def test_object_state_shows_every_cube_but_not_which_one_is_named():
         cubes = privileged[full["cubes_pos"]].reshape(3, 3)
         tcp = privileged[full["tcp_pos"]]
         for i, color in enumerate(("red", "green", "blue")):
-            np.testing.assert_allclose(obs["state"][shown[f"{color}_cube"]], [*cubes[i], *(cubes[i] - tcp)], atol=1e-6)
+            np.testing.assert_allclose(
+                obs["state"][shown[f"{color}_cube"]], [*cubes[i], *(cubes[i] - tcp)], atol=1e-6
+            )
         seen.add(obs["instruction"])
     assert len(seen) == 3  # the instruction alone says which cube: it varies over the same layout of fields
 
