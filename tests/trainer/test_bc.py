@@ -11,6 +11,7 @@ import torch
 
 import sim_envs
 from policies import PolicyConfig, make_policy
+from protos.episode_frames import vector_names
 from protos.lerobot_dataset import DatasetError, EpisodeFrames, LeRobotWriter, VideoFormat
 from sim_envs.scripted import play_expert
 from trainer.algorithms.bc import BC, BCConfig, Regression, policy_demonstrations
@@ -118,6 +119,27 @@ def test_only_interventions_and_bad_datasets_are_explained(tmp_path):
         BC(other, BCConfig(dataset=str(no_human)))
     with pytest.raises(ConfigError, match=r"unknown config key 'algo\.epochs'"):
         load_config("bc", ["algo.epochs=3"])
+
+
+def test_a_dataset_of_another_state_layout_with_the_same_size_is_refused(tmp_path):
+    """Same state size, other field names (e.g. PickColor's object state before it was per cube):
+    read in the wrong layout it would train silently on the wrong values."""
+    spec = sim_envs.make("rlinf/FrankaReach-v0", **ENV).env_spec
+    root = expert_dataset(tmp_path / "named", episodes=1)
+    info_path = root / "meta" / "info.json"
+    info = json.loads(info_path.read_text())
+    names = vector_names(spec)["observation.state"]
+    info["features"]["observation.state"]["names"] = names
+    info_path.write_text(json.dumps(info))
+    BC(make_policy(spec, PolicyConfig(value_head=False)), BCConfig(dataset=str(root)))  # its own names: fine
+    at = names.index("goal_pos.0")
+    info["features"]["observation.state"]["names"] = [*names[:at], "target_pos.0", *names[at + 1 :]]
+    info_path.write_text(json.dumps(info))
+    with pytest.raises(
+        ValueError,
+        match=rf"algo.dataset=.*state dimension {at} is 'target_pos.0', the env's 'goal_pos.0': .*another state",
+    ):
+        BC(make_policy(spec, PolicyConfig(value_head=False)), BCConfig(dataset=str(root)))
 
 
 def test_chunk_targets_stop_at_episode_ends_and_where_the_human_handed_back():

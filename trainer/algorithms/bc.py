@@ -18,6 +18,7 @@ import torch
 
 from policies import Policy
 from protos.batch import VectorEnv
+from protos.episode_frames import vector_names
 from protos.lerobot_dataset import DatasetError
 from trainer.algorithms.common import IterationResult, play_greedy, random_shift
 from trainer.algorithms.demonstrations import Demonstrations, describe_empty, load_demonstrations
@@ -56,6 +57,13 @@ class Regression:
             raise DatasetError(
                 f"the dataset has state {demos.states.shape[1]} / action {demos.actions.shape[2]}, "
                 f"the env has state {spec.state_dim} / action {spec.action.dim}"
+            )
+        expected = vector_names(spec)["observation.state"]
+        if demos.state_names is not None and demos.state_names != expected:
+            at = next((i for i, (a, b) in enumerate(zip(demos.state_names, expected)) if a != b), 0)
+            raise DatasetError(
+                f"the dataset's state dimension {at} is {demos.state_names[at]!r}, the env's "
+                f"{expected[at]!r}: it was recorded with another state layout"
             )
         if demos.actions.shape[1] != chunk:
             raise DatasetError(f"the targets are {demos.actions.shape[1]}-step chunks, the policy's {chunk}")

@@ -8,6 +8,7 @@ so the policy never learns the robot's own actions, or what followed them, as th
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -28,6 +29,7 @@ class Demonstrations:
     action_valid: np.ndarray  # bool [N, chunk]: False past the episode's end or outside the selection
     images: dict[str, np.ndarray] = field(default_factory=dict)  # camera -> uint8 [N, H, W, 3]
     instructions: list[str] = field(default_factory=list)  # the task text of each frame ("" if none)
+    state_names: list[str] | None = None  # the dataset's name for each state dimension, if it has them
 
     def __len__(self) -> int:
         return len(self.states)
@@ -43,6 +45,7 @@ class Demonstrations:
             action_valid=np.concatenate([p.action_valid for p in parts]),
             images={c: np.concatenate([p.images[c] for p in parts]) for c in parts[0].images},
             instructions=[text for p in parts for text in p.instructions],
+            state_names=parts[0].state_names,
         )
 
 
@@ -104,7 +107,15 @@ def load_demonstrations(
         action_valid=valid[keep],
         images=images,
         instructions=[tasks.get(int(i), "") for i in task_indices] or [""] * int(keep.sum()),
+        state_names=state_names(root),
     )
+
+
+def state_names(root: str | Path) -> list[str] | None:
+    """The dataset's per-dimension state names (``meta/info.json``), when it lists them."""
+    info = json.loads((Path(root) / "meta" / "info.json").read_text())
+    names = info.get("features", {}).get("observation.state", {}).get("names")
+    return [str(n) for n in names] if isinstance(names, list) else None
 
 
 def describe_empty(selection: str, action_key: str) -> str:
