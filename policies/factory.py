@@ -29,6 +29,7 @@ def make_policy(spec: EnvSpec, cfg: PolicyConfig | dict[str, Any], saved: str | 
         policy = GaussianActorCritic(spec, cfg)
     if cfg.init_from and saved is None:
         policy.load_weights(_weights_for(policy, cfg, Path(cfg.init_from)))
+        policy.freeze_normalizers()  # the started weights were fit to the saved statistics
     return policy
 
 
