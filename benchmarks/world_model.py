@@ -5,9 +5,11 @@ PROFILE.json`` for another), stepped directly (the env behind ``rlinf-robot conn
 sim-twin``; the link is measured in ``link_latency.py``). State policy, 3-D end-effector actions.
 
 1. **BC start**: behaviour cloning from ``--demos`` scripted twin episodes (a human's teleop stands
-   in), deliberately few: the start that RL has to improve.
-2. **Robot data**: ``--data-episodes`` twin episodes of the BC policy with its sampling noise (the
-   real-robot time is spent here, on data, not on trial and error), recorded as a LeRobot v3 dataset.
+   in), deliberately few: the start that RL has to improve. BC fits the mean action; the policy's
+   exploration std is set, not learned (``--start-log-std``: what RL starts exploring with).
+2. **Robot data**: ``--data-episodes`` twin episodes of the BC policy sampling with a wider std
+   (``--data-log-std``), half of them with random actions mixed in (the real-robot time is spent
+   here, on data, not on trial and error), recorded as a LeRobot v3 dataset.
 3. **World model** (``rlinf-trainer train --config world_model``) fitted to the demos + that data;
    its held-out 1/5/20-step open-loop errors against copying the last state.
 4. **Post-training**: PPO from the BC policy inside ``rlinf/WorldModel-v0`` for ``--steps`` imagined
@@ -19,7 +21,7 @@ Reported per seed: twin success of BC, WM post-trained and sim post-trained; ima
 against sim env steps/s (PPO's own rate, update included, and the env alone); model error per
 horizon. Target: the world-model arm lifts twin success by >= 20 points over the BC start.
 
-    python benchmarks/world_model.py [--seeds 3] [--steps 200000] [--eval-episodes 50]
+    python benchmarks/world_model.py [--seeds 3] [--steps 100000] [--eval-episodes 50]
 """
 
 from __future__ import annotations
@@ -56,7 +58,9 @@ def run_training(preset: str, work: Path, overrides: list[str]) -> Path:
 
 
 # -- the steps -----------------------------------------------------------------------------------
-def behaviour_clone(work: Path, demos: int, updates: int, seed: int, twin: dict) -> tuple[Path, Path]:
+def behaviour_clone(
+    work: Path, demos: int, updates: int, seed: int, twin: dict, log_std: float
+) -> tuple[Path, Path]:
     from trainer.expert_demos import DEMO_SEED, DemoConfig, record_expert_demos
 
     dataset = record_expert_demos(
@@ -67,17 +71,19 @@ def behaviour_clone(work: Path, demos: int, updates: int, seed: int, twin: dict)
     policy = run_training("bc", work / "bc", [
         f"env.id={ENV_ID}", f"env.kwargs={flow(POLICY_KWARGS)}", f"algo.dataset={dataset}",
         f"run.total_env_steps={iterations * 8 * 80}", "policy.value_head=true", f"run.seed={seed}",
-        "run.final_eval_episodes=0",
+        "run.final_eval_episodes=0", f"policy.init_log_std={log_std}",
     ])  # fmt: skip
     return dataset, policy
 
 
 def record_policy_episodes(
-    policy_dir: Path, dataset: Path, episodes: int, seed: int, twin: dict, random_fraction: float
-) -> dict:
-    """``episodes`` twin episodes of the policy, sampling (its exploration noise), appended to
-    ``dataset``; in every other env a ``random_fraction`` of the steps take a uniformly random action
-    instead (play data: what the arm does where the policy never goes, e.g. closing in the air)."""
+    policy_dir: Path, dataset: Path, episodes: int, seed: int, twin: dict, random_fraction: float,
+    log_std: float,
+) -> dict:  # fmt: skip
+    """``episodes`` twin episodes of the policy, sampling with exploration std ``exp(log_std)``,
+    appended to ``dataset``; in every other env a ``random_fraction`` of the steps take a uniformly
+    random action instead (play data: what the arm does where the policy never goes, e.g. closing
+    in the air)."""
     import torch
     from tqdm import tqdm
 
@@ -88,6 +94,8 @@ def record_policy_episodes(
 
     torch.manual_seed(seed)
     policy = load_policy(policy_dir)
+    with torch.no_grad():
+        policy.log_std.fill_(log_std)  # wider than RL's start: the model should see around the policy
     venv = sim_envs.make_vector(ENV_ID, 8, backend="inline", **twin)
     spec = venv.spec
     writer = LeRobotWriter(dataset, fps=spec.control_hz)
@@ -171,11 +179,11 @@ def run_seed(seed: int, args, twin: dict, work: Path) -> dict:
     from trainer.world_model_training import WorldModelTrainConfig, train_world_model
 
     row: dict = {"seed": seed}
-    dataset, bc = behaviour_clone(work, args.demos, args.bc_updates, seed, twin)
+    dataset, bc = behaviour_clone(work, args.demos, args.bc_updates, seed, twin, args.start_log_std)
     row["bc_twin_success"] = twin_success(bc, args.eval_episodes, twin)
     print(f"seed {seed}: BC start, twin success {row['bc_twin_success']:.2f}", flush=True)
     row["robot_data"] = record_policy_episodes(
-        bc, dataset, args.data_episodes, seed, twin, args.random_fraction
+        bc, dataset, args.data_episodes, seed, twin, args.random_fraction, args.data_log_std
     )
     row["robot_episodes"] = args.demos + args.data_episodes
 
@@ -240,6 +248,15 @@ def main() -> int:
     parser.add_argument("--seeds", type=int, default=3)
     parser.add_argument("--demos", type=int, default=3, help="scripted twin demonstrations for BC")
     parser.add_argument("--bc-updates", type=int, default=200)
+    parser.add_argument(
+        "--start-log-std",
+        type=float,
+        default=-1.5,
+        help="the BC policy's log std: the exploration RL starts from (BC fits the mean only)",
+    )
+    parser.add_argument(
+        "--data-log-std", type=float, default=-0.5, help="the log std the data episodes sample with"
+    )
     parser.add_argument("--data-episodes", type=int, default=150, help="twin episodes of the BC policy")
     parser.add_argument(
         "--random-fraction",
@@ -258,12 +275,14 @@ def main() -> int:
     )
     parser.add_argument(
         "--start-from",
-        default="any",
+        default="first",
         choices=("first", "any"),
         help="imagined episodes start from recorded first frames or any recorded frame",
     )
-    parser.add_argument("--imagined-steps", type=int, default=20, help="imagined episode length (max)")
-    parser.add_argument("--steps", type=int, default=50_000, help="PPO env steps, each arm")
+    parser.add_argument(
+        "--imagined-steps", type=int, default=80, help="imagined episode length (max; the task's is 80)"
+    )
+    parser.add_argument("--steps", type=int, default=100_000, help="PPO env steps, each arm")
     parser.add_argument("--critic-warmup", type=int, default=5, help="PPO updates that fit the critic only")
     parser.add_argument("--eval-episodes", type=int, default=50)
     parser.add_argument("--gap", type=Path, help="the twin's reality gap: a JSON of randomisation keys")
