@@ -50,6 +50,22 @@ def iteration_seed(config: TrainConfig, iteration: int) -> int:
 
 
 def make_sim_envs(config: TrainConfig):
+    """The run's trainer-side envs: the configured env, and imagined ones beside it if asked."""
+    main = _make_env(config)
+    if not config.env.world_model_envs:
+        return main
+    from policies.world_model.env import WorldModelVectorEnv
+    from trainer.env_mix import MixedVectorEnv
+
+    try:
+        imagined = WorldModelVectorEnv(num_envs=config.env.world_model_envs, **config.env.world_model)
+        return MixedVectorEnv([main, imagined], {"world_model": config.env.world_model_weight})
+    except BaseException:
+        main.close()
+        raise
+
+
+def _make_env(config: TrainConfig):
     if config.env.id == WORLD_MODEL_ENV_ID:  # imagined envs: a torch model, not a simulator
         from policies.world_model.env import WorldModelVectorEnv
 
@@ -207,7 +223,7 @@ class Runner:
             return evaluate_policy(policy, cfg.env.id, dict(cfg.env.kwargs), episodes, seed, video_path=video)
         from trainer.algorithms.common import play_greedy
 
-        venv = make_sim_envs(replace(cfg, env=replace(cfg.env, num_envs=episodes)))
+        venv = make_sim_envs(replace(cfg, env=replace(cfg.env, num_envs=episodes, world_model_envs=0)))
         try:
             finished = play_greedy(venv, policy, seed)[1]
         finally:

@@ -34,6 +34,8 @@ STARTS_FILE = "starts.npz"
 class WorldModelVectorEnv:
     """Imagined rollouts of a saved world model, ``num_envs`` at a time."""
 
+    source_kind = "world_model"  # how the env pool and a sim + world-model mix tag its slots
+
     def __init__(
         self,
         checkpoint: str,

@@ -160,10 +160,12 @@ def test_the_robots_weight_changes_how_far_its_transitions_move_a_ppo_update(tmp
     assert not torch.allclose(update(1.0), update(1.0, robot_reward_scale=-10.0), atol=1e-6)
 
 
-def test_the_pool_mixes_a_world_model_with_robots(tmp_path):
-    """Imagined envs (rlinf/WorldModel-v0) stand in the pool where a simulator would, beside a twin."""
-    from policies.world_model.env import WorldModelVectorEnv
+def test_the_pool_mixes_a_sim_a_world_model_and_robots(tmp_path):
+    """Simulated and imagined envs (``env.world_model_envs``) and a twin in one pool, each source with
+    its own weight; every kind of episode ends and is listed under its own slot."""
+    from trainer.configs.schema import EnvConfig, TrainConfig
     from trainer.expert_demos import DemoConfig, record_expert_demos
+    from trainer.runner import make_sim_envs
     from trainer.world_model_training import WorldModelTrainConfig, train_world_model
 
     state_env = {"cameras": [], "privileged_state": True, "action_rotation": False, "max_episode_steps": 8}
@@ -172,25 +174,33 @@ def test_the_pool_mixes_a_world_model_with_robots(tmp_path):
     spec = sim_envs.make("rlinf/FrankaReach-v0", **state_env).env_spec
     train_world_model(WorldModelTrainConfig(dataset=str(demos.root), updates=20, hidden=32, ensemble=2), spec,
                       tmp_path / "wm")  # fmt: skip
-    imagined = WorldModelVectorEnv(str(tmp_path / "wm" / "world_model"), 2, max_episode_steps=8)
+    env = EnvConfig(id="rlinf/FrankaReach-v0", num_envs=1, backend="inline", kwargs=state_env,
+                    world_model_envs=2, world_model_weight=0.5,
+                    world_model={"checkpoint": str(tmp_path / "wm" / "world_model"), "max_episode_steps": 8})  # fmt: skip
+    trainer_side = make_sim_envs(TrainConfig(env=env))
     server = start_server()
-    pool = EnvPool(imagined, server.server, server.loop, weights={"robot": 3.0})
+    pool = EnvPool(trainer_side, server.server, server.loop, weights={"robot": 3.0, "sim": 2.0})
     twin = {"task": "reach", "cameras": [], "privileged_state": True, "action_rotation": False,
             "max_episode_steps": 8}  # fmt: skip
     agent = start_agent(server.server.port, tmp_path / "agent", robot_id="twin", driver=twin)
     try:
         wait_until(lambda: "twin" in server.server.sessions, what="the robot")
         assert pool.refresh() == ["twin"]
-        assert pool.sources == ["sim:rlinf/WorldModel-v0"] * 2 + ["robot:twin"]
-        assert list(pool.source_weights) == [1.0, 1.0, 3.0]
+        assert pool.sources == [
+            "sim:rlinf/FrankaReach-v0",
+            *["world_model:rlinf/WorldModel-v0"] * 2,
+            "robot:twin",
+        ]
+        assert list(pool.source_weights) == [2.0, 1.0, 1.0, 3.0]  # sim weight x the mix's own
         pool.reset(seed=0)
         rng = np.random.default_rng(0)
         ended = set()
-        for _ in range(5):  # 10 ticks: every 8-step episode, imagined or played, ends once
+        for _ in range(5):  # 10 ticks: every 8-step episode, simulated, imagined or played, ends once
             result = pool.chunk_step(random_chunks(pool, rng))
-            assert result.valid[:, 0].all() and result.rewards[2].any()
+            assert result.valid[:, 0].all() and result.rewards[3].any()
             ended |= {e.env_index for e in result.finished}
-        assert ended == {0, 1, 2}
+        assert ended == {0, 1, 2, 3}
     finally:
         agent.stop()
         server.stop()
+        pool.close()

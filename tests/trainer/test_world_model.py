@@ -132,6 +132,34 @@ def test_ppo_trains_inside_the_world_model(state_model, tmp_path):
     assert len(rows) == 4 and np.isfinite(rows[-1]["train/policy_loss"]) and rows[-1]["env_steps"] == 320
 
 
+def test_a_run_trains_on_simulated_and_imagined_envs_with_their_own_weights(state_model, tmp_path):
+    """``env.world_model_envs`` puts imagined envs beside the sim's; ``env.world_model_weight``
+    weighs their transitions (0: they do not move the update) and evaluation stays in the sim."""
+    from policies import make_policy
+    from trainer.algorithms.common import collect_on_policy
+    from trainer.configs import ConfigError
+    from trainer.runner import make_sim_envs
+
+    run, _ = state_model
+    overrides = ["env.id=rlinf/FrankaReach-v0", "env.backend=inline", "env.num_envs=2",
+                 f"env.kwargs={json.dumps(STATE_ENV)}", "env.world_model_envs=3",
+                 f"env.world_model={{checkpoint: {run / 'world_model'}, max_episode_steps: 10}}",
+                 "policy.hidden_sizes=[32]", "run.total_env_steps=300", "run.eval_every=1",
+                 "run.eval_episodes=2", "run.final_eval_episodes=0", f"run.output_dir={tmp_path}"]  # fmt: skip
+    config = load_config("ppo_reach", [*overrides, "env.world_model_weight=0.0"])
+    venv = make_sim_envs(config)
+    assert venv.sources == ["sim:rlinf/FrankaReach-v0"] * 2 + ["world_model:rlinf/WorldModel-v0"] * 3
+    policy = make_policy(venv.spec, config.policy)
+    batch = collect_on_policy(venv, policy, seed=0, num_steps=4, cameras=[])
+    venv.close()
+    assert batch.weights[:, :2].min() == 1.0 and batch.weights[:, 2:].max() == 0.0
+    Runner(load_config("ppo_reach", overrides)).run()  # both kinds of env step in one run
+    rows = [json.loads(line) for line in (tmp_path / "metrics.jsonl").read_text().splitlines()]
+    assert rows[-1]["env_steps"] >= 300 and "eval/success_rate" in rows[-1]
+    with pytest.raises(ConfigError, match=r"env\.world_model_envs needs env\.world_model\.checkpoint"):
+        load_config("ppo_reach", ["env.world_model_envs=2"])
+
+
 def test_camera_frames_go_through_the_latent_and_a_side_by_side_video_is_written(tmp_path):
     env = {**STATE_ENV, "cameras": ["front"], "image_height": 32, "image_width": 32}
     demos = record_expert_demos(DemoConfig("rlinf/FrankaReach-v0", 3, str(tmp_path / "demos"), seed=0,

@@ -40,6 +40,20 @@ class EnvConfig:
     python: str = ""
     # The env's own config keys; every preset sets them (a Franka task's differ from another env's).
     kwargs: dict[str, Any] = field(default_factory=dict)
+    # Imagined envs beside the simulated ones (trainer/env_mix.py): this many rlinf/WorldModel-v0
+    # envs, built from ``world_model`` (their kwargs, e.g. {checkpoint: PATH}); their transitions
+    # count ``world_model_weight`` times a simulated one's. Evaluation stays in the sim.
+    world_model_envs: int = 0
+    world_model: dict[str, Any] = field(default_factory=dict)
+    world_model_weight: float = 1.0
+
+    def __post_init__(self) -> None:
+        if self.world_model_envs < 0 or self.world_model_weight < 0:
+            raise ValueError("env.world_model_envs and env.world_model_weight must be >= 0")
+        if self.world_model_envs and not self.world_model.get("checkpoint"):
+            raise ValueError(
+                "env.world_model_envs needs env.world_model.checkpoint, a trained world model folder"
+            )
 
 
 @dataclass

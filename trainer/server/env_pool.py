@@ -25,6 +25,7 @@ import numpy as np
 
 from protos.batch import ChunkResult, EpisodeSummary, VectorEnv, concat_obs, select_row, stack_obs
 from protos.env_spec import EnvSpec, spec_mismatch
+from trainer.env_mix import source_kind
 from trainer.server.judged_episodes import JudgedEpisodes
 from trainer.server.link_server import LinkServer
 from trainer.server.remote_env import RemoteRobotEnv
@@ -61,6 +62,10 @@ class EnvPool:
         unknown = set(self.weights) - {"sim", "robot"}
         if unknown:
             raise ValueError(f"weights are by source kind ('sim', 'robot'); unknown {sorted(unknown)}")
+        # The trainer-side envs may be a mix (sim + world model) with their own sources and weights.
+        own = getattr(sim, "sources", None)
+        self._sim_sources = own or [f"{source_kind(sim)}:{sim.spec.name}"] * sim.num_envs
+        self._sim_weights = np.asarray(getattr(sim, "source_weights", np.ones(sim.num_envs)), np.float32)
         self.step_timeout_s = step_timeout_s
         self.sim_recorder = sim_recorder  # a SimEpisodeRecorder, or None
         self.make_rewards = rewards  # one RobotRewards per robot slot (reward.source)
@@ -87,11 +92,13 @@ class EnvPool:
 
     @property
     def sources(self) -> list[str]:
-        return [f"sim:{self.spec.name}"] * self.sim.num_envs + [slot.env.source for slot in self.robots]
+        return self._sim_sources + [slot.env.source for slot in self.robots]
 
     @property
     def source_weights(self) -> np.ndarray:
-        return np.array([self.weights[source.split(":")[0]] for source in self.sources], np.float32)
+        """``weights['sim']`` scales every trainer-side slot (times its own weight in a mix)."""
+        robots = np.full(len(self.robots), self.weights["robot"], np.float32)
+        return np.concatenate([self.weights["sim"] * self._sim_weights, robots]).astype(np.float32)
 
     stack_obs = staticmethod(stack_obs)
 
