@@ -22,6 +22,11 @@ def source_kind(venv: VectorEnv) -> str:
     return getattr(venv, "source_kind", "sim")
 
 
+def describe(venv: VectorEnv) -> str:
+    """How an error names a part: "the world model (rlinf/WorldModel-v0)"."""
+    return f"the {source_kind(venv).replace('_', ' ')} ({venv.spec.name})"
+
+
 class MixedVectorEnv:
     """Vector envs of one spec (a simulator, a world model) behind the batched contract."""
 
@@ -31,7 +36,7 @@ class MixedVectorEnv:
         self.parts = parts
         self.spec: EnvSpec = parts[0].spec
         for part in parts[1:]:
-            problem = spec_mismatch(self.spec, part.spec, f"the {source_kind(part)} envs ({part.spec.name})")
+            problem = spec_mismatch(self.spec, part.spec, describe(part))
             if problem:
                 raise ValueError(problem)
         self.weights = {"sim": 1.0, "world_model": 1.0, **(weights or {})}
@@ -70,9 +75,7 @@ class MixedVectorEnv:
         for part, obs in zip(self.parts[1:], observations[1:]):
             missing = sorted(set(observations[0]["images"]) - set(obs["images"]))
             if missing:
-                raise ValueError(
-                    f"the {source_kind(part)} envs ({part.spec.name}) give no frames of cameras {missing}"
-                )
+                raise ValueError(f"{describe(part)} gives no frames of cameras {missing}")
         return concat_obs(observations), {}
 
     def step(self, actions: np.ndarray) -> ChunkResult:

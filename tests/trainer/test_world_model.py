@@ -4,6 +4,7 @@ env keeps the vector-env contract, and PPO runs inside it."""
 from __future__ import annotations
 
 import json
+import shutil
 from pathlib import Path
 
 import numpy as np
@@ -13,7 +14,7 @@ import sim_envs
 from policies.world_model.env import WorldModelVectorEnv
 from trainer.configs import load_config
 from trainer.expert_demos import DemoConfig, record_expert_demos
-from trainer.runner import Runner
+from trainer.runner import Runner, make_sim_envs
 from trainer.world_model_training import WorldModelTrainConfig, train_world_model
 
 STATE_ENV = {"cameras": [], "privileged_state": True, "action_rotation": False, "max_episode_steps": 30}
@@ -138,7 +139,6 @@ def test_a_run_trains_on_simulated_and_imagined_envs_with_their_own_weights(stat
     from policies import make_policy
     from trainer.algorithms.common import collect_on_policy
     from trainer.configs import ConfigError
-    from trainer.runner import make_sim_envs
 
     run, _ = state_model
     overrides = ["env.id=rlinf/FrankaReach-v0", "env.backend=inline", "env.num_envs=2",
@@ -183,6 +183,22 @@ def test_bad_world_model_inputs_are_one_line_errors(tmp_path, state_model):
     spec = sim_envs.make("rlinf/FrankaReach-v0", **STATE_ENV).env_spec
     with pytest.raises(ValueError, match=r"algo\.dataset=.*is not a LeRobot v3 dataset|holds no LeRobot"):
         train_world_model(WorldModelTrainConfig(dataset=str(tmp_path)), spec, tmp_path / "x")
+    run, _ = state_model
+    # A model of FrankaReach beside a PickLift sim: the state fields it predicts are not the run's.
+    pick_lift = {**STATE_ENV, "cameras": []}
+    config = load_config("ppo_pick_lift", [f"env.kwargs={json.dumps(pick_lift)}", "env.backend=inline",
+                                           "env.num_envs=1", "env.world_model_envs=1",
+                                           f"env.world_model={{checkpoint: {run / 'world_model'}}}"])  # fmt: skip
+    with pytest.raises(
+        ValueError, match=r"state fields differ .* the world model \(rlinf/WorldModel-v0\) has"
+    ):
+        make_sim_envs(config)
+    # A model whose reset frames hold no episode.
+    empty = tmp_path / "empty_starts"
+    shutil.copytree(run / "world_model", empty)
+    np.savez(empty / "starts.npz", state=np.zeros((0, spec.state_dim), np.float32), first=np.zeros(0, bool))
+    with pytest.raises(ValueError, match=r"starts\.npz holds no episodes to reset from"):
+        WorldModelVectorEnv(str(empty), num_envs=1)
 
 
 def test_a_policy_trained_only_inside_a_world_model_improves_in_the_true_env(tmp_path):
