@@ -190,8 +190,8 @@ class VLAPolicy(Policy):
         """A VLA started from SFT keeps folding RL's states into its statistics. Measured on the tiny
         VLA (GRPO after SFT on FrankaReach, tests/trainer/test_vla_learning.py): frozen statistics
         gave +0.3 return over the SFT start where updating ones gave +0.8; why is not understood yet
-        (states the demos held constant, like the gripper width, are one suspect; a std floor did
-        not help). The small policies freeze (see :meth:`Policy.freeze_normalizers`)."""
+        (not the states the demos held constant: ignoring those, or a std floor, did not help).
+        The small policies freeze (see :meth:`Policy.freeze_normalizers`)."""
 
     def config_dict(self) -> dict[str, Any]:
         return asdict(self.cfg)
