@@ -22,6 +22,12 @@ def source_kind(venv: VectorEnv) -> str:
     return getattr(venv, "source_kind", "sim")
 
 
+def slot_sources(venv: VectorEnv) -> list[str]:
+    """Each slot's source tag: a mix's own, else ``<kind>:<env id>`` for every slot."""
+    own = getattr(venv, "sources", None)
+    return list(own) if own is not None else [f"{source_kind(venv)}:{venv.spec.name}"] * venv.num_envs
+
+
 def describe(venv: VectorEnv) -> str:
     """How an error names a part: "the world model (rlinf/WorldModel-v0)"."""
     return f"the {source_kind(venv).replace('_', ' ')} ({venv.spec.name})"
@@ -56,7 +62,7 @@ class MixedVectorEnv:
 
     @property
     def sources(self) -> list[str]:
-        return [f"{source_kind(part)}:{part.spec.name}" for part in self.parts for _ in range(part.num_envs)]
+        return [source for part in self.parts for source in slot_sources(part)]
 
     @property
     def source_weights(self) -> np.ndarray:

@@ -25,7 +25,7 @@ import numpy as np
 
 from protos.batch import ChunkResult, EpisodeSummary, VectorEnv, concat_obs, select_row, stack_obs
 from protos.env_spec import EnvSpec, spec_mismatch
-from trainer.env_mix import source_kind
+from trainer.env_mix import slot_sources
 from trainer.server.judged_episodes import JudgedEpisodes
 from trainer.server.link_server import LinkServer
 from trainer.server.remote_env import RemoteRobotEnv
@@ -63,8 +63,7 @@ class EnvPool:
         if unknown:
             raise ValueError(f"weights are by source kind ('sim', 'robot'); unknown {sorted(unknown)}")
         # The trainer-side envs may be a mix (sim + world model) with their own sources and weights.
-        own = getattr(sim, "sources", None)
-        self._sim_sources = own or [f"{source_kind(sim)}:{sim.spec.name}"] * sim.num_envs
+        self._sim_sources = slot_sources(sim)
         self._sim_weights = np.asarray(getattr(sim, "source_weights", np.ones(sim.num_envs)), np.float32)
         self.step_timeout_s = step_timeout_s
         self.sim_recorder = sim_recorder  # a SimEpisodeRecorder, or None
