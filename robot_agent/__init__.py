@@ -2,3 +2,7 @@
 
 Never imports torch, ray, ``trainer`` or ``policies`` (checked by the layering test).
 """
+
+from protos.grpc_log import quiet_grpc_core
+
+quiet_grpc_core()

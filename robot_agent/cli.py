@@ -19,15 +19,10 @@ from __future__ import annotations
 import argparse
 import asyncio
 import logging
-import os
 import signal
 import sys
 from pathlib import Path
 from typing import Any
-
-# gRPC core writes INFO lines (e.g. every failed TLS handshake) to stderr; the agent reports such
-# failures itself, in one line.
-os.environ.setdefault("GRPC_VERBOSITY", "ERROR")
 
 from robot_agent.config import AgentConfig, AgentConfigError, dataclass_from_dict, load_config_file
 

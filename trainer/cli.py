@@ -3,13 +3,8 @@
 from __future__ import annotations
 
 import argparse
-import os
 import sys
 from pathlib import Path
-
-# gRPC core writes INFO lines (a peer's GOAWAY, failed handshakes) to stderr; the link server reports
-# robots arriving and leaving itself, through logging. GRPC_VERBOSITY=INFO brings them back.
-os.environ.setdefault("GRPC_VERBOSITY", "ERROR")
 
 
 def _rollout(args: argparse.Namespace) -> int:
