@@ -186,13 +186,6 @@ class VLAPolicy(Policy):
         if self.cfg.normalize_state:
             self.state_norm.update(self._as_tensors(obs)["state"])
 
-    def freeze_normalizers(self) -> None:
-        """A VLA started from SFT keeps folding RL's states into its statistics. Measured on the tiny
-        VLA (GRPO after SFT on FrankaReach, tests/trainer/test_vla_learning.py): frozen statistics
-        gave +0.3 return over the SFT start where updating ones gave +0.8; why is not understood yet
-        (not the states the demos held constant: ignoring those, or a std floor, did not help).
-        The small policies freeze (see :meth:`Policy.freeze_normalizers`)."""
-
     def config_dict(self) -> dict[str, Any]:
         return asdict(self.cfg)
 

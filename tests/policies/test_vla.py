@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import math
 
 import numpy as np
@@ -250,6 +251,27 @@ def test_ppo_can_start_from_an_sft_policy_without_a_value_head(env, tmp_path):
     torch.testing.assert_close(
         started.act(obs, "greedy").actions, load_policy(tmp_path / "sft").act(obs, "greedy").actions
     )
+
+
+def test_a_vla_started_from_sft_keeps_the_state_statistics_it_was_fit_with(env, tmp_path):
+    """Like the small policies: RL's states must not rescale the inputs under the SFT weights
+    (measured on PickColor: GRPO from a 0.27 SFT start reached 0.54 with frozen statistics, fell to
+    0.06 with updating ones)."""
+    sft = vla(env, "tokens-parallel")
+    sft.update_normalizers(observations(env, 6))
+    sft.save(tmp_path / "sft")
+    cfg = PolicyConfig(kind="vla", cameras=["front"], chunk_size=2, vla=HEADS["tokens-parallel"])
+    started = make_policy(env.env_spec, dataclasses.replace(cfg, init_from=str(tmp_path / "sft")))
+    fresh = make_policy(env.env_spec, cfg)
+    fresh.load_weights(sft.state_dict())  # the same numbers, not started through init_from
+    live = observations(env)
+    live["state"] = live["state"] * 3.0 + 1.0  # the RL rollouts see other states
+    before = started.act(live, "greedy")  # the chunk and its log-prob (random weights: argmax is coarse)
+    for policy in (started, fresh):
+        policy.update_normalizers(live)
+    after = started.act(live, "greedy")
+    torch.testing.assert_close((after.actions, after.log_prob), (before.actions, before.log_prob))
+    assert not torch.allclose(fresh.act(live, "greedy").log_prob, before.log_prob)
 
 
 def test_field_state_tokens_give_each_field_its_own_token_named_by_its_words(env):

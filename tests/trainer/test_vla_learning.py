@@ -1,5 +1,6 @@
-"""A tiny VLA through the real training path: SFT (``bc``) on scripted demos, then GRPO started from
-the SFT checkpoint (``policy.init_from``); RL must beat its own SFT start on fixed seeds."""
+"""A tiny VLA through the real training path: SFT (``bc``, 240 updates) on scripted demos, then GRPO
+started from the SFT checkpoint (``policy.init_from``, which freezes the state statistics); RL must
+beat its own SFT start on fixed seeds."""
 
 from __future__ import annotations
 
@@ -42,7 +43,7 @@ def test_grpo_on_a_tiny_vla_beats_its_sft_start(tmp_path):
         DemoConfig("rlinf/FrankaReach-v0", 8, str(tmp_path / "demos"), env_kwargs=ENV), False
     )
     sft = load_config("bc", [*VLA, f"algo.dataset={demos.root}", "policy.value_head=false", "algo.batch_size=32",
-                             "algo.updates_per_iteration=60", "algo.image_shift=0", "run.total_env_steps=480",
+                             "algo.updates_per_iteration=60", "algo.image_shift=0", "run.total_env_steps=1920",
                              f"run.output_dir={tmp_path / 'sft'}"])  # fmt: skip
     Runner(sft).run()
     sft_policy = latest_checkpoint(tmp_path / "sft") / POLICY_DIR
@@ -51,4 +52,4 @@ def test_grpo_on_a_tiny_vla_beats_its_sft_start(tmp_path):
                                     "run.total_env_steps=2880", f"run.output_dir={tmp_path / 'rl'}"])  # fmt: skip
     Runner(rl).run()
     before, after = greedy_return(sft_policy), greedy_return(latest_checkpoint(tmp_path / "rl") / POLICY_DIR)
-    assert after > before + 0.5, (before, after)  # measured: about 1.0 -> 1.8
+    assert after > before + 2.0, (before, after)  # measured: 10.4 -> 14.5
