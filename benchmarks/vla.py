@@ -139,6 +139,7 @@ def main() -> None:
     parser.add_argument("--chunk", type=int, default=4)
     parser.add_argument("--eval-episodes", type=int, default=48)
     parser.add_argument("--heads", default="tokens,flow")
+    parser.add_argument("--algorithms", default="grpo,ppo")
     parser.add_argument("--work", default="runs/bench_vla")
     parser.add_argument("--out", default=str(RESULTS / "vla.json"))
     args = parser.parse_args()
@@ -178,7 +179,7 @@ def main() -> None:
             "rollout": rollout_throughput(policy, venv),
         }
         print(f"{head}: SFT {record['sft']}, rollout {record['rollout']}", flush=True)
-        for name in ("grpo", "ppo"):
+        for name in args.algorithms.split(","):
             record[name] = rl(
                 name, copy.deepcopy(policy), (rl_venv, venv), head, args.rl_minutes, args.eval_episodes
             )
@@ -197,7 +198,8 @@ def main() -> None:
     Path(args.out).write_text(json.dumps(results, indent=2))
     print("\nhead    SFT    GRPO   PPO    (greedy success on held-out seeds)")
     for head, r in results["heads"].items():
-        print(f"{head:7} {r['sft']['success']:.3f}  {r['grpo']['success']:.3f}  {r['ppo']['success']:.3f}")
+        arms = "  ".join(f"{r[a]['success']:.3f}" if a in r else "  -  " for a in ("grpo", "ppo"))
+        print(f"{head:7} {r['sft']['success']:.3f}  {arms}")
     print(f"written to {args.out}")
 
 

@@ -18,6 +18,7 @@ class VLAConfig:
     action_bins: int = 256
     max_instruction_tokens: int = 48
     state_tokens: str = "one"  # "one" (the state as one token) or "fields" (a token per state field)
+    detach_value_head: bool = True  # PPO's critic reads the backbone's state without moving it
     lora_rank: int = 0  # 0 trains every weight; >0 adds LoRA adapters to the text model (peft)
     dtype: str = "float32"  # "float32" or "bfloat16" (the backbone's weights; heads stay float32)
     gradient_checkpointing: bool = False

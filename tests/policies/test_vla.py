@@ -274,6 +274,21 @@ def test_a_vla_started_from_sft_keeps_the_state_statistics_it_was_fit_with(env, 
     assert not torch.allclose(fresh.act(live, "greedy").log_prob, before.log_prob)
 
 
+@pytest.mark.parametrize("detach", [True, False])
+def test_the_critic_moves_the_backbone_only_when_not_detached(env, detach):
+    """PPO's value loss fits the value head; with ``detach_value_head`` (the default) it leaves the
+    SFT backbone alone (measured: PPO from a 0.27 PickColor start reached 0.54 detached, 0.35 not)."""
+    torch.manual_seed(0)
+    vla_cfg = dataclasses.replace(HEADS["tokens-parallel"], detach_value_head=detach)
+    policy = make_policy(env.env_spec, PolicyConfig(kind="vla", cameras=["front"], chunk_size=2, vla=vla_cfg))
+    policy.value(observations(env)).pow(2).sum().backward()
+    backbone = [p.grad for p in policy.backbone.parameters() if p.requires_grad]
+    moved = any(g is not None and g.abs().sum() > 0 for g in backbone)
+    head = [p.grad for p in policy.value_head.parameters()]
+    assert all(g is not None and g.abs().sum() > 0 for g in head)
+    assert moved is not detach
+
+
 def test_field_state_tokens_give_each_field_its_own_token_named_by_its_words(env):
     policy = vla(env, "tokens-fields")
     fields = env.env_spec.state_fields
