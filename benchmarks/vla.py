@@ -11,7 +11,8 @@ and return are greedy, in the dense-reward env, on ``--eval-episodes`` seeds tha
 
     python benchmarks/vla.py [--task rlinf/FrankaPickColor-v0] [--demos 40] [--sft-updates 1500]
                              [--sft-lr 1e-3] [--rl-minutes 8] [--rl-reward sparse|dense]
-                             [--heads tokens,flow] [--state proprio|objects|privileged] [--out FILE]
+                             [--heads tokens,flow] [--algorithms grpo,ppo]
+                             [--state proprio|objects|privileged] [--out FILE]
 
 What the VLA sees besides the front camera and the instruction (``--state``):
 
@@ -143,6 +144,9 @@ def main() -> None:
     parser.add_argument("--work", default="runs/bench_vla")
     parser.add_argument("--out", default=str(RESULTS / "vla.json"))
     args = parser.parse_args()
+    unknown = sorted(set(args.algorithms.split(",")) - {"grpo", "ppo"})
+    if unknown:
+        parser.error(f"--algorithms: unknown {unknown[0]!r}; known: grpo, ppo")
     torch.set_num_threads(1)
 
     env_extra, state_tokens = STATES[args.state]
