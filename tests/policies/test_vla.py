@@ -40,9 +40,10 @@ def observations(env, n=4):
     return stack_obs([env.reset(seed=i)[0] for i in range(n)])
 
 
-def vla(env, head: str, chunk: int = 2, **overrides) -> torch.nn.Module:
+def vla(env, head: str, chunk: int = 2, vla_overrides: dict | None = None, **overrides) -> torch.nn.Module:
     torch.manual_seed(0)
-    cfg = PolicyConfig(kind="vla", cameras=["front"], chunk_size=chunk, vla=HEADS[head], **overrides)
+    vla_cfg = dataclasses.replace(HEADS[head], **(vla_overrides or {}))
+    cfg = PolicyConfig(kind="vla", cameras=["front"], chunk_size=chunk, vla=vla_cfg, **overrides)
     return make_policy(env.env_spec, cfg)
 
 
@@ -260,9 +261,8 @@ def test_a_vla_started_from_sft_keeps_the_state_statistics_it_was_fit_with(env, 
     sft = vla(env, "tokens-parallel")
     sft.update_normalizers(observations(env, 6))
     sft.save(tmp_path / "sft")
-    cfg = PolicyConfig(kind="vla", cameras=["front"], chunk_size=2, vla=HEADS["tokens-parallel"])
-    started = make_policy(env.env_spec, dataclasses.replace(cfg, init_from=str(tmp_path / "sft")))
-    fresh = make_policy(env.env_spec, cfg)
+    started = vla(env, "tokens-parallel", init_from=str(tmp_path / "sft"))
+    fresh = vla(env, "tokens-parallel")
     fresh.load_weights(sft.state_dict())  # the same numbers, not started through init_from
     live = observations(env)
     live["state"] = live["state"] * 3.0 + 1.0  # the RL rollouts see other states
@@ -278,9 +278,7 @@ def test_a_vla_started_from_sft_keeps_the_state_statistics_it_was_fit_with(env, 
 def test_the_critic_moves_the_backbone_only_when_not_detached(env, detach):
     """PPO's value loss fits the value head; with ``detach_value_head`` (the default) it leaves the
     SFT backbone alone (measured: PPO from a 0.27 PickColor start reached 0.54 detached, 0.35 not)."""
-    torch.manual_seed(0)
-    vla_cfg = dataclasses.replace(HEADS["tokens-parallel"], detach_value_head=detach)
-    policy = make_policy(env.env_spec, PolicyConfig(kind="vla", cameras=["front"], chunk_size=2, vla=vla_cfg))
+    policy = vla(env, "tokens-parallel", vla_overrides={"detach_value_head": detach})
     policy.value(observations(env)).pow(2).sum().backward()
     backbone = [p.grad for p in policy.backbone.parameters() if p.requires_grad]
     moved = any(g is not None and g.abs().sum() > 0 for g in backbone)
