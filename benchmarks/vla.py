@@ -11,7 +11,7 @@ and return are greedy, in the dense-reward env, on ``--eval-episodes`` seeds tha
 
     python benchmarks/vla.py [--task rlinf/FrankaPickColor-v0] [--demos 40] [--sft-updates 1500]
                              [--sft-lr 1e-3] [--rl-minutes 8] [--rl-reward sparse|dense]
-                             [--heads tokens,flow] [--algorithms grpo,ppo]
+                             [--heads tokens,flow] [--algorithms grpo,ppo] [--seed 0]
                              [--state proprio|objects|privileged] [--out FILE]
 
 What the VLA sees besides the front camera and the instruction (``--state``):
@@ -55,6 +55,7 @@ HEADS = {
 }
 RL_LEARNING_RATE = {"tokens": 1e-4, "flow": 2e-5}  # flow log-probs are sharper: smaller steps
 EVAL_SEED = 5_000_000
+TRAIN_SEED_STRIDE = 1_000_000  # --seed s trains from env seeds s * this + ..., clear of EVAL_SEED for s < 5
 CRITIC_WARMUP = 5  # PPO: iterations that fit only the fresh value head before the policy moves
 
 
@@ -70,10 +71,11 @@ def evaluate(policy, venv, episodes: int) -> dict[str, float]:
     }
 
 
-def rl(name: str, policy, venvs, head: str, minutes: float, eval_episodes: int) -> dict:
+def rl(
+    name: str, policy, rl_venv, eval_venv, head: str, minutes: float, eval_episodes: int, seed: int
+) -> dict:
     """Train ``policy`` (a copy of the SFT start) with GRPO or PPO for ``minutes`` of wall time in
-    ``venvs[0]`` (the RL reward), then score it greedily in ``venvs[1]``."""
-    venv, eval_venv = venvs
+    ``rl_venv`` (the RL reward), then score it greedily in ``eval_venv``."""
     lr = RL_LEARNING_RATE[head]
     if name == "grpo":
         algorithm = GRPO(
@@ -89,7 +91,7 @@ def rl(name: str, policy, venvs, head: str, minutes: float, eval_episodes: int) 
     deadline, iteration, steps, collect_s, update_s, curve = time.monotonic() + 60 * minutes, 0, 0, [], [], []
     while time.monotonic() < deadline:
         tick = time.perf_counter()
-        result = algorithm.iterate(venv, seed=1000 * iteration)
+        result = algorithm.iterate(rl_venv, seed=TRAIN_SEED_STRIDE * seed + 1000 * iteration)
         total = time.perf_counter() - tick
         collect_s.append(result.metrics["collect_s"])
         update_s.append(total - result.metrics["collect_s"])
@@ -141,12 +143,19 @@ def main() -> None:
     parser.add_argument("--eval-episodes", type=int, default=48)
     parser.add_argument("--heads", default="tokens,flow")
     parser.add_argument("--algorithms", default="grpo,ppo")
+    parser.add_argument("--seed", type=int, default=0, help="initial weights, SFT batches and RL env seeds")
     parser.add_argument("--work", default="runs/bench_vla")
     parser.add_argument("--out", default=str(RESULTS / "vla.json"))
     args = parser.parse_args()
     unknown = sorted(set(args.algorithms.split(",")) - {"grpo", "ppo"})
     if unknown:
         parser.error(f"--algorithms: unknown {unknown[0]!r}; known: grpo, ppo")
+    if args.sft_updates < 1:
+        parser.error("--sft-updates must be at least 1")
+    if not 0 <= args.seed < EVAL_SEED // TRAIN_SEED_STRIDE:
+        parser.error(
+            f"--seed must be in [0, {EVAL_SEED // TRAIN_SEED_STRIDE}): training seeds stay clear of evaluation's"
+        )
     torch.set_num_threads(1)
 
     env_extra, state_tokens = STATES[args.state]
@@ -161,15 +170,18 @@ def main() -> None:
     results: dict = {"task": args.task, "chunk": args.chunk, "num_envs": args.num_envs, "demos": args.demos,
                      "sft_updates": args.sft_updates, "sft_lr": args.sft_lr, "state": args.state,
                      "rl_minutes": args.rl_minutes, "rl_reward": args.rl_reward,
-                     "eval_episodes": args.eval_episodes, "heads": {}}  # fmt: skip
+                     "eval_episodes": args.eval_episodes, "seed": args.seed, "heads": {}}  # fmt: skip
     for head in args.heads.split(","):
-        torch.manual_seed(0)
+        torch.manual_seed(args.seed)
+        np.random.seed(args.seed)
         vla = dataclasses.replace(HEADS[head], state_tokens=state_tokens)
         cfg = PolicyConfig(kind="vla", cameras=["front"], chunk_size=args.chunk, vla=vla)
         policy = make_policy(venv.spec, cfg)
         sft = BC(policy, BCConfig(str(demos), learning_rate=args.sft_lr, batch_size=64, image_shift=0))
         tick = time.perf_counter()
-        losses = [sft.regression.fit(100) for _ in range(max(1, args.sft_updates // 100))]
+        losses = [
+            sft.regression.fit(min(100, args.sft_updates - done)) for done in range(0, args.sft_updates, 100)
+        ]
         sft_s = time.perf_counter() - tick
         policy.freeze_normalizers()  # as policy.init_from does for an RL run started from SFT
         record = {
@@ -185,7 +197,14 @@ def main() -> None:
         print(f"{head}: SFT {record['sft']}, rollout {record['rollout']}", flush=True)
         for name in args.algorithms.split(","):
             record[name] = rl(
-                name, copy.deepcopy(policy), (rl_venv, venv), head, args.rl_minutes, args.eval_episodes
+                name,
+                copy.deepcopy(policy),
+                rl_venv,
+                venv,
+                head,
+                args.rl_minutes,
+                args.eval_episodes,
+                args.seed,
             )
             record[name]["gain_points"] = 100 * (record[name]["success"] - record["sft"]["success"])
             print(f"{head} {name}: success {record[name]['success']:.3f} (SFT {record['sft']['success']:.3f})",
