@@ -203,7 +203,8 @@ def run_seed(seed: int, args, twin: dict, work: Path) -> dict:
     wm_policy = run_training("ppo_world_model", work / "ppo_wm", [
         *ppo, f"env.kwargs.checkpoint={checkpoint}",
         f"env.kwargs.halt_multiple={args.halt_multiple}", f"env.kwargs.start_from={args.start_from}",
-        f"env.kwargs.max_episode_steps={args.imagined_steps}"])  # fmt: skip
+        f"env.kwargs.max_episode_steps={args.imagined_steps}", f"env.kwargs.reward_type={args.wm_reward}",
+        f"env.kwargs.halt_penalty={args.halt_penalty}"])  # fmt: skip
     row["wm_ppo_wall_s"] = round(time.monotonic() - tick, 1)
     tick = time.monotonic()
     sim_policy = run_training("ppo_pick_lift", work / "ppo_sim", [
@@ -272,6 +273,18 @@ def main() -> int:
         type=float,
         default=1.0,
         help="imagined episodes halt above this x the held-out disagreement p99",
+    )
+    parser.add_argument(
+        "--halt-penalty",
+        type=float,
+        default=10.0,
+        help="the reward of an imagined episode halted off the data",
+    )
+    parser.add_argument(
+        "--wm-reward",
+        default="dense",
+        choices=("dense", "sparse"),
+        help="PPO's reward in the model: its reward head, or 1 on predicted success",
     )
     parser.add_argument(
         "--start-from",

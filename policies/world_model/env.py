@@ -4,7 +4,8 @@ behind the vector-env contract (so PPO, GRPO, SAC and the VLA path run in it unc
 Each episode starts from a recorded first frame (the ``starts.npz`` saved with the model), drawn by
 the reset seed; with ``start_from="any"`` from any recorded frame, for short branched rollouts
 (MBPO: a ``max_episode_steps`` of 10-20 keeps model errors from compounding, and PPO's value
-bootstrap at truncation carries the rest of the task). Rewards and success are the model's; an episode ends on predicted success (when
+bootstrap at truncation carries the rest of the task). Rewards and success are the model's (with
+``reward_type="sparse"``, 1 on predicted success and 0 otherwise, as the sim tasks' sparse reward); an episode ends on predicted success (when
 ``terminate_on_success``; by default, when the recorded episodes ended at their first success) or at
 ``max_episode_steps``. Observations carry the predicted state and the
 decoded camera frames (the recorded ones at a reset).
@@ -47,9 +48,15 @@ class WorldModelVectorEnv:
         halt_multiple: float = 2.0,  # 0 never halts
         halt_penalty: float = 10.0,
         start_from: str = "first",  # "first": recorded first frames; "any": any recorded frame
+        reward_type: str = "dense",  # "dense": the model's reward head; "sparse": 1 on predicted success
     ) -> None:
         if start_from not in ("first", "any"):
             raise ValueError(f"{WORLD_MODEL_ENV_ID}: start_from must be 'first' or 'any', got {start_from!r}")
+        if reward_type not in ("dense", "sparse"):
+            raise ValueError(
+                f"{WORLD_MODEL_ENV_ID}: reward_type must be 'dense' or 'sparse', got {reward_type!r}"
+            )
+        self.sparse = reward_type == "sparse"
         if not checkpoint:
             raise ValueError(
                 f"{WORLD_MODEL_ENV_ID} needs env.kwargs.checkpoint, a trained world model folder"
@@ -157,7 +164,7 @@ class WorldModelVectorEnv:
             # Off the data a predicted success is what a policy would exploit: the halt wins.
             halted = running & (step.disagreement > self.halt_above).cpu().numpy()
             won = (torch.sigmoid(step.success_logit) >= self.threshold).cpu().numpy() & ~halted
-            reward = np.where(halted, -self.halt_penalty, step.reward.cpu().numpy())
+            reward = np.where(halted, -self.halt_penalty, won if self.sparse else step.reward.cpu().numpy())
             rewards[running, k] = reward[running]
             success[running, k] = won[running]
             valid[running, k] = True

@@ -33,6 +33,7 @@ class WorldModelEnv(gym.Env):
         halt_multiple: float = 2.0,
         halt_penalty: float = 10.0,
         start_from: str = "first",
+        reward_type: str = "dense",
     ) -> None:
         self.venv = WorldModelVectorEnv(
             checkpoint,
@@ -44,6 +45,7 @@ class WorldModelEnv(gym.Env):
             halt_multiple,
             halt_penalty,
             start_from,
+            reward_type,
         )
         self.env_spec = spec = self.venv.spec
         self.max_episode_steps = spec.max_episode_steps

@@ -110,6 +110,31 @@ def test_imagined_episodes_end_on_success_only_where_recorded_ones_did(state_mod
     assert not episodes([0, 1, 1, 0, 0], [0, 0, 0, 1, 1]).terminates_on_success()  # runs on after it
 
 
+def test_the_sparse_reward_pays_exactly_the_predicted_successes(state_model):
+    """``reward_type="sparse"`` (a VLA's or a sparse task's reward inside the model): 1 where the
+    model predicts success, 0 elsewhere, the halt penalty where it halts; the dense one is the head's."""
+    run, _ = state_model
+
+    def rollout(reward_type: str):
+        venv = WorldModelVectorEnv(str(run / "world_model"), num_envs=8, max_episode_steps=30,
+                                   terminate_on_success=False, reward_type=reward_type, halt_multiple=0.0)  # fmt: skip
+        venv.reset(seed=0)
+        actions = np.random.default_rng(0).uniform(-1, 1, (8, 30, venv.spec.action.dim)).astype(np.float32)
+        return venv.chunk_step(actions)
+
+    sparse, dense = rollout("sparse"), rollout("dense")
+    np.testing.assert_array_equal(sparse.success, dense.success)  # the same imagined episodes
+    assert (
+        0 < sparse.success[sparse.valid].mean() < 1
+    )  # some steps succeed and some do not: the test can tell
+    np.testing.assert_array_equal(
+        sparse.rewards[sparse.valid], sparse.success[sparse.valid].astype(np.float32)
+    )
+    assert not np.isin(dense.rewards[dense.valid], (0.0, 1.0)).all()  # the head's shaped values
+    with pytest.raises(ValueError, match="reward_type must be 'dense' or 'sparse'"):
+        WorldModelVectorEnv(str(run / "world_model"), 1, reward_type="shaped")
+
+
 def test_imagined_episodes_start_from_first_frames_or_any_recorded_frame(state_model):
     run, _ = state_model
     first = WorldModelVectorEnv(str(run / "world_model"), 2)
