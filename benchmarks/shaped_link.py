@@ -13,7 +13,8 @@ import os
 import shutil
 import subprocess
 
-RATES = {"10gbit": ("10gbit", "1250kb"), "1gbit": ("1gbit", "125kb"), "100mbit": ("100mbit", "16kb")}
+RATES = {"10gbit": ("10gbit", "1250kb"), "1gbit": ("1gbit", "125kb"), "100mbit": ("100mbit", "16kb"),
+         "10mbit": ("10mbit", "8kb")}  # fmt: skip
 
 
 def _run(*command: str) -> subprocess.CompletedProcess:

@@ -10,6 +10,7 @@ Actions are float32[action_dim] for one step or float32[chunk, action_dim] for a
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import string
 from collections.abc import Mapping, Sequence
@@ -25,16 +26,24 @@ BOX = "box"  # any bounded continuous action of an outside env (the gymnasium ad
 ACTION_KINDS = (EE_DELTA_POSE_GRIPPER, JOINT_POSITION, BOX)
 # The characters an instruction may use (a gymnasium Text space's charset in the envs' observation spaces).
 INSTRUCTION_CHARSET = string.ascii_letters + string.digits + " .,;:!?'-_/()"
+# How far a camera's frames may be scaled down (per side) to cross a slow link; see CameraSpec.
+LINK_DOWNSCALES = (1, 2, 4, 8)
 
 
 @dataclass(frozen=True)
 class CameraSpec:
-    """One named camera: image height, width and frame rate."""
+    """One named camera: image height, width and frame rate.
+
+    ``max_downscale`` (1, 2, 4 or 8; it must divide height and width) is how far ``link.codec=auto``
+    may shrink each side of a frame to keep the control rate on a slow link; the trainer restores the
+    declared size, so the policy always sees ``height x width``. 1: frames cross at full resolution.
+    """
 
     name: str
     height: int
     width: int
     fps: float
+    max_downscale: int = 1
 
     @property
     def shape(self) -> tuple[int, int, int]:
@@ -114,6 +123,14 @@ class EnvSpec:
                 raise ValueError(f"camera {cam.name!r} must be at least 1x1, got {cam.height}x{cam.width}")
             if not (math.isfinite(cam.fps) and cam.fps > 0):
                 raise ValueError(f"camera {cam.name!r} fps must be a finite number > 0, got {cam.fps}")
+            if cam.max_downscale not in LINK_DOWNSCALES:
+                raise ValueError(
+                    f"camera {cam.name!r} max_downscale must be one of {LINK_DOWNSCALES}, got {cam.max_downscale}"
+                )
+            if cam.height % cam.max_downscale or cam.width % cam.max_downscale:
+                raise ValueError(
+                    f"camera {cam.name!r} max_downscale {cam.max_downscale} does not divide its {cam.height}x{cam.width}"
+                )
         for f in self.state_fields:
             if f.size < 1:
                 raise ValueError(f"state field {f.name!r} must have size >= 1, got {f.size}")
@@ -147,7 +164,11 @@ class EnvSpec:
         return {
             "name": self.name,
             "cameras": [
-                {"name": c.name, "height": c.height, "width": c.width, "fps": c.fps} for c in self.cameras
+                {"name": c.name, "height": c.height, "width": c.width, "fps": c.fps}
+                | (
+                    {"max_downscale": c.max_downscale} if c.max_downscale != 1 else {}
+                )  # older files stay as they were
+                for c in self.cameras
             ],
             "state_fields": [{"name": f.name, "size": f.size} for f in self.state_fields],
             "action": {
@@ -180,6 +201,15 @@ class EnvSpec:
             max_episode_steps=int(data["max_episode_steps"]),
             metadata=dict(data.get("metadata", {})),
         )
+
+
+def with_max_downscale(spec: EnvSpec, factor: int) -> EnvSpec:
+    """``spec`` with every camera's frames allowed on the link at down to 1/``factor`` of each side."""
+    try:
+        cameras = tuple(dataclasses.replace(c, max_downscale=factor) for c in spec.cameras)
+        return dataclasses.replace(spec, cameras=cameras)
+    except ValueError as exc:
+        raise ValueError(f"link.max_downscale: {exc}") from None
 
 
 def ee_delta_action_space(rotation: bool = True) -> ActionSpace:

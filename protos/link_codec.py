@@ -14,7 +14,7 @@ import numpy as np
 import simplejpeg
 
 from protos import robot_link_pb2 as pb
-from protos.env_spec import ActionSpace, CameraSpec, EnvSpec, StateField
+from protos.env_spec import LINK_DOWNSCALES, ActionSpace, CameraSpec, EnvSpec, StateField
 
 PROTOCOL_VERSION = 1
 AGENT_VERSION = "0.1.0"
@@ -48,7 +48,12 @@ class LinkCodecError(ValueError):
 def spec_to_proto(spec: EnvSpec) -> pb.EnvSpec:
     return pb.EnvSpec(
         name=spec.name,
-        cameras=[pb.CameraSpec(name=c.name, height=c.height, width=c.width, fps=c.fps) for c in spec.cameras],
+        cameras=[
+            pb.CameraSpec(
+                name=c.name, height=c.height, width=c.width, fps=c.fps, max_downscale=c.max_downscale
+            )
+            for c in spec.cameras
+        ],
         state_fields=[pb.StateField(name=f.name, size=f.size) for f in spec.state_fields],
         action=pb.ActionSpace(
             kind=spec.action.kind,
@@ -70,7 +75,9 @@ def spec_from_proto(msg: pb.EnvSpec) -> EnvSpec:
         _check_spec_bounds(msg)
         return EnvSpec(
             name=msg.name,
-            cameras=tuple(CameraSpec(c.name, c.height, c.width, float(c.fps)) for c in msg.cameras),
+            cameras=tuple(
+                CameraSpec(c.name, c.height, c.width, float(c.fps), c.max_downscale or 1) for c in msg.cameras
+            ),
             state_fields=tuple(StateField(f.name, f.size) for f in msg.state_fields),
             action=ActionSpace(
                 kind=msg.action.kind,
@@ -124,15 +131,14 @@ def check_observation(obs: pb.Observation, spec: EnvSpec) -> None:
             raise LinkCodecError(
                 f"camera {cam.name!r} expected {cam.height}x{cam.width}, got {frame.height}x{frame.width}"
             )
-        raw = cam.height * cam.width * 3
+        height, width = _sent_size(frame, cam)
+        raw = height * width * 3
         if frame.codec == pb.CODEC_RAW_RGB8 and len(frame.data) != raw:
             raise LinkCodecError(
                 f"camera {cam.name!r}: raw frame has {len(frame.data)} bytes, expected {raw}"
             )
         if frame.codec == pb.CODEC_JPEG and not 0 < len(frame.data) <= raw + JPEG_OVERHEAD_BYTES:
-            raise LinkCodecError(
-                f"camera {cam.name!r}: a {len(frame.data)}-byte JPEG for {cam.height}x{cam.width}"
-            )
+            raise LinkCodecError(f"camera {cam.name!r}: a {len(frame.data)}-byte JPEG for {height}x{width}")
         if frame.codec not in (pb.CODEC_RAW_RGB8, pb.CODEC_JPEG):
             raise LinkCodecError(f"camera {cam.name!r}: unknown codec {frame.codec}")
     if len(obs.state) != spec.state_dim:
@@ -164,23 +170,57 @@ def _check_finite(what: str, values) -> None:
 
 
 # -- frames --------------------------------------------------------------------------------------
-def encode_frame(camera: str, image: np.ndarray, codec: str = "jpeg", quality: int = 90) -> pb.Frame:
-    """Encode one RGB uint8 image (JPEG 4:2:0 by default, or raw bytes)."""
+def shrink(image: np.ndarray, factor: int) -> np.ndarray:
+    """``image`` at 1/``factor`` of each side: the mean of each ``factor x factor`` block (a box filter,
+    so fine texture averages out rather than aliasing)."""
+    if factor == 1:
+        return image
+    height, width = image.shape[0] // factor, image.shape[1] // factor
+    blocks = image[: height * factor, : width * factor].reshape(height, factor, width, factor, 3)
+    total = blocks.sum(axis=(1, 3), dtype=np.uint16)  # up to 64 * 255: fits
+    return ((total + factor * factor // 2) // (factor * factor)).astype(np.uint8)
+
+
+def enlarge(small: np.ndarray, factor: int, out: np.ndarray | None = None) -> np.ndarray:
+    """``small`` at ``factor`` times each side, each pixel repeated (into ``out`` when given)."""
+    height, width = small.shape[0] * factor, small.shape[1] * factor
+    if out is None:
+        out = np.empty((height, width, 3), np.uint8)
+    out.reshape(small.shape[0], factor, small.shape[1], factor, 3)[...] = small[:, None, :, None, :]
+    return out
+
+
+def encode_frame(
+    camera: str, image: np.ndarray, codec: str = "jpeg", quality: int = 90, downscale: int = 1
+) -> pb.Frame:
+    """Encode one RGB uint8 image (JPEG 4:2:0 by default, or raw bytes), sent at 1/``downscale`` of
+    each side; the frame declares the full size, which the decoder restores."""
     if codec not in CODECS:
         raise ValueError(f"codec must be one of {sorted(CODECS)}, got {codec!r}")
+    if downscale not in LINK_DOWNSCALES:
+        raise ValueError(f"downscale must be one of {LINK_DOWNSCALES}, got {downscale}")
     height, width = image.shape[:2]
+    sent = np.ascontiguousarray(shrink(image, downscale))
+    frame = pb.Frame(camera=camera, height=height, width=width, downscale=downscale if downscale > 1 else 0)
     if codec == "jpeg":
-        data = simplejpeg.encode_jpeg(
-            np.ascontiguousarray(image),
-            quality=quality,
-            colorspace="RGB",
-            colorsubsampling="420",
-            fastdct=True,
+        frame.codec, frame.jpeg_quality = pb.CODEC_JPEG, quality
+        frame.data = simplejpeg.encode_jpeg(sent, quality=quality, colorspace="RGB", colorsubsampling="420",
+                                            fastdct=True)  # fmt: skip
+    else:
+        frame.codec, frame.data = pb.CODEC_RAW_RGB8, sent.tobytes()
+    return frame
+
+
+def _sent_size(frame: pb.Frame, expected: CameraSpec | None) -> tuple[int, int]:
+    """The size of the frame's data: its declared size over its downscale, which must be one the
+    camera allows (any of LINK_DOWNSCALES that divides the size, without a spec)."""
+    height, width, factor = int(frame.height), int(frame.width), int(frame.downscale) or 1
+    allowed = expected.max_downscale if expected is not None else max(LINK_DOWNSCALES)
+    if factor not in LINK_DOWNSCALES or factor > allowed or height % factor or width % factor:
+        raise LinkCodecError(
+            f"camera {frame.camera!r}: downscale {factor} of {height}x{width} is not allowed (max_downscale {allowed})"
         )
-        return pb.Frame(camera=camera, codec=pb.CODEC_JPEG, height=height, width=width, data=data,
-                        jpeg_quality=quality)  # fmt: skip
-    data = np.ascontiguousarray(image).tobytes()
-    return pb.Frame(camera=camera, codec=pb.CODEC_RAW_RGB8, height=height, width=width, data=data)
+    return height // factor, width // factor
 
 
 # Protobuf keys (field number << 3 | wire type 2, length-delimited) of Observation.frames and Frame.data.
@@ -231,16 +271,25 @@ def decode_frame(
         )
     if height * width == 0 or height * width > MAX_IMAGE_PIXELS:
         raise LinkCodecError(f"camera {frame.camera!r}: bad frame size {height}x{width}")
+    sent_height, sent_width = _sent_size(frame, expected)
+    factor = height // sent_height
+    sent = _decode_data(frame, sent_height, sent_width, out if factor == 1 else None)
+    if factor > 1:
+        return enlarge(sent, factor, out)
+    if out is not None and sent is not out:
+        np.copyto(out, sent)
+        return out
+    return sent
+
+
+def _decode_data(frame: pb.Frame, height: int, width: int, out: np.ndarray | None) -> np.ndarray:
+    """The frame's data as ``uint8[height, width, 3]`` (a view of the bytes for raw frames)."""
     if frame.codec == pb.CODEC_RAW_RGB8:
         if len(frame.data) != height * width * 3:
             raise LinkCodecError(
                 f"camera {frame.camera!r}: raw frame has {len(frame.data)} bytes, expected {height * width * 3}"
             )
-        image = np.frombuffer(frame.data, dtype=np.uint8).reshape(height, width, 3)
-        if out is not None:
-            np.copyto(out, image)
-            return out
-        return image
+        return np.frombuffer(frame.data, dtype=np.uint8).reshape(height, width, 3)
     if frame.codec == pb.CODEC_JPEG:
         try:
             h, w, _, _ = simplejpeg.decode_jpeg_header(frame.data)

@@ -30,16 +30,18 @@ MODE_TELEOP: Mode
 MODE_INTERVENTION: Mode
 
 class CameraSpec(_message.Message):
-    __slots__ = ("name", "height", "width", "fps")
+    __slots__ = ("name", "height", "width", "fps", "max_downscale")
     NAME_FIELD_NUMBER: _ClassVar[int]
     HEIGHT_FIELD_NUMBER: _ClassVar[int]
     WIDTH_FIELD_NUMBER: _ClassVar[int]
     FPS_FIELD_NUMBER: _ClassVar[int]
+    MAX_DOWNSCALE_FIELD_NUMBER: _ClassVar[int]
     name: str
     height: int
     width: int
     fps: float
-    def __init__(self, name: _Optional[str] = ..., height: _Optional[int] = ..., width: _Optional[int] = ..., fps: _Optional[float] = ...) -> None: ...
+    max_downscale: int
+    def __init__(self, name: _Optional[str] = ..., height: _Optional[int] = ..., width: _Optional[int] = ..., fps: _Optional[float] = ..., max_downscale: _Optional[int] = ...) -> None: ...
 
 class StateField(_message.Message):
     __slots__ = ("name", "size")
@@ -157,7 +159,7 @@ class DriverCapabilities(_message.Message):
     def __init__(self, reset: _Optional[bool] = ..., reward: _Optional[bool] = ..., gripper: _Optional[bool] = ..., action_kinds: _Optional[_Iterable[str]] = ...) -> None: ...
 
 class Frame(_message.Message):
-    __slots__ = ("camera", "codec", "height", "width", "data", "capture_mono_ns", "ring_slot", "ring_offset", "jpeg_quality")
+    __slots__ = ("camera", "codec", "height", "width", "data", "capture_mono_ns", "ring_slot", "ring_offset", "jpeg_quality", "downscale")
     CAMERA_FIELD_NUMBER: _ClassVar[int]
     CODEC_FIELD_NUMBER: _ClassVar[int]
     HEIGHT_FIELD_NUMBER: _ClassVar[int]
@@ -167,6 +169,7 @@ class Frame(_message.Message):
     RING_SLOT_FIELD_NUMBER: _ClassVar[int]
     RING_OFFSET_FIELD_NUMBER: _ClassVar[int]
     JPEG_QUALITY_FIELD_NUMBER: _ClassVar[int]
+    DOWNSCALE_FIELD_NUMBER: _ClassVar[int]
     camera: str
     codec: Codec
     height: int
@@ -176,7 +179,8 @@ class Frame(_message.Message):
     ring_slot: int
     ring_offset: int
     jpeg_quality: int
-    def __init__(self, camera: _Optional[str] = ..., codec: _Optional[_Union[Codec, str]] = ..., height: _Optional[int] = ..., width: _Optional[int] = ..., data: _Optional[bytes] = ..., capture_mono_ns: _Optional[int] = ..., ring_slot: _Optional[int] = ..., ring_offset: _Optional[int] = ..., jpeg_quality: _Optional[int] = ...) -> None: ...
+    downscale: int
+    def __init__(self, camera: _Optional[str] = ..., codec: _Optional[_Union[Codec, str]] = ..., height: _Optional[int] = ..., width: _Optional[int] = ..., data: _Optional[bytes] = ..., capture_mono_ns: _Optional[int] = ..., ring_slot: _Optional[int] = ..., ring_offset: _Optional[int] = ..., jpeg_quality: _Optional[int] = ..., downscale: _Optional[int] = ...) -> None: ...
 
 class Observation(_message.Message):
     __slots__ = ("seq", "episode_id", "step", "mono_ns", "wall_ns", "frames", "state", "instruction", "transition", "mode", "holding", "codec_reason")

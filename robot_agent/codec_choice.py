@@ -14,8 +14,9 @@ Three measurements feed the choice:
 An assignment (an option per camera) is predicted to take ``base + coding time + bytes / rate``.
 Among the assignments whose link time stays under ``max_link_share`` of the period (the control rate
 keeps its headroom), the one with the best fidelity (raw, then the top JPEG quality, ...) is taken if
-it is within a slack of the fastest. A running choice moves up in fidelity after a dwell time, and
-down only when it no longer fits, or is slower than the best by a clear margin (no flapping).
+it is within a slack of the fastest. A running choice moves up in fidelity after a dwell time and
+with headroom, and down only when it no longer fits, or is slower than the best by a clear margin (no
+flapping).
 """
 
 from __future__ import annotations
@@ -32,33 +33,40 @@ from dataclasses import dataclass
 import numpy as np
 
 from protos import link_codec
-from protos.env_spec import CameraSpec
+from protos.env_spec import LINK_DOWNSCALES, CameraSpec
 
 log = logging.getLogger(__name__)
 SWITCH_GAIN = 0.1  # a lower-fidelity choice replaces one this much slower than the slack allows...
 SWITCH_MIN_MS = 0.5  # ... plus this
 DWELL_S = 2.0  # a higher-fidelity choice replaces the running one no sooner than this after a switch
+UP_HEADROOM = 0.8  # ... and only if its link time is within this share of what the period allows
 LOWER_QUALITIES = (75, 50, 30)
 
 
 @dataclass(frozen=True)
 class CodecOption:
-    """One way to send a camera's frames: raw RGB8, or JPEG at a quality."""
+    """One way to send a camera's frames: raw RGB8, or JPEG at a quality, at 1/``downscale`` of each
+    side (the trainer restores the declared size)."""
 
     codec: str  # "raw" | "jpeg"
     quality: int = 0
+    downscale: int = 1
 
     @property
     def label(self) -> str:
-        return "raw" if self.codec == "raw" else f"jpeg q{self.quality}"
+        label = "raw" if self.codec == "raw" else f"jpeg q{self.quality}"
+        return label if self.downscale == 1 else f"{label} 1/{self.downscale}"
 
 
-def ladder(top_quality: int, min_quality: int) -> tuple[CodecOption, ...]:
-    """The options in order of fidelity: raw, then JPEG from ``top_quality`` down to ``min_quality``."""
+def ladder(top_quality: int, min_quality: int, max_downscale: int = 1) -> tuple[CodecOption, ...]:
+    """The options in order of fidelity: raw, then JPEG from ``top_quality`` down to ``min_quality``,
+    then JPEG at ``min_quality`` at 1/2, 1/4, ... of each side down to 1/``max_downscale`` (the
+    resolution goes only once the quality has: each step carries fewer bytes than the one before)."""
     qualities = [top_quality, *(q for q in LOWER_QUALITIES if min_quality <= q < top_quality)]
     if min_quality < qualities[-1]:
         qualities.append(min_quality)
-    return (CodecOption("raw"), *(CodecOption("jpeg", q) for q in qualities))
+    smaller = [CodecOption("jpeg", qualities[-1], k) for k in LINK_DOWNSCALES if 1 < k <= max_downscale]
+    return (CodecOption("raw"), *(CodecOption("jpeg", q) for q in qualities), *smaller)
 
 
 @dataclass(frozen=True)
@@ -74,13 +82,14 @@ def measure_costs(
     image: np.ndarray, options: tuple[CodecOption, ...], repeats: int = 2
 ) -> dict[CodecOption, OptionCost]:
     """Encode and decode ``image`` with every option; the best of ``repeats`` times each."""
-    spec = CameraSpec("probe", image.shape[0], image.shape[1], 30.0)
+    largest = max(option.downscale for option in options)
+    spec = CameraSpec("probe", image.shape[0], image.shape[1], 30.0, largest)
     costs = {}
     for option in options:
         encode_ms, decode_ms = [], []
         for _ in range(repeats):
             start = time.perf_counter()
-            frame = link_codec.encode_frame("probe", image, option.codec, option.quality)
+            frame = link_codec.encode_frame("probe", image, option.codec, option.quality, option.downscale)
             middle = time.perf_counter()
             link_codec.decode_frame(frame, spec)
             encode_ms.append((middle - start) * 1e3)
@@ -177,20 +186,26 @@ def fidelity_steps(options: Mapping[str, CodecOption], costs: Costs) -> int:
 
 
 def candidates(costs: Costs, limit: int = 1024) -> list[dict[str, CodecOption]]:
-    """Every assignment when there are few; with many cameras, every camera alike."""
+    """Every assignment when there are few; with many cameras, every camera on the same step of its
+    ladder (its last step where its ladder is shorter)."""
     cameras = sorted(costs)
-    ladder_ = list(costs[cameras[0]])
-    if len(ladder_) ** len(cameras) > limit:
-        return [dict.fromkeys(cameras, option) for option in ladder_]
-    return [dict(zip(cameras, combo)) for combo in itertools.product(ladder_, repeat=len(cameras))]
+    ladders = [list(costs[camera]) for camera in cameras]
+    if np.prod([len(steps) for steps in ladders], dtype=float) > limit:
+        longest = max(len(steps) for steps in ladders)
+        return [
+            {c: steps[min(i, len(steps) - 1)] for c, steps in zip(cameras, ladders)} for i in range(longest)
+        ]
+    return [dict(zip(cameras, combo)) for combo in itertools.product(*ladders)]
 
 
 def choose(costs: Costs, link: LinkEstimate, rule: ChoiceRule) -> Choice:
-    """The highest-fidelity assignment within the slack of the fastest one that fits the period; if
-    none fits, the one with the least link time."""
+    """The highest-fidelity assignment within the slack of the fastest one that fits the period (at
+    full size if any full-size one fits); if none fits, the one with the least link time."""
     share_ms = rule.max_link_share * rule.period_ms
     scored = [(options, *predict(options, costs, link)) for options in candidates(costs)]
-    fitting = [row for row in scored if row[2] <= share_ms]
+    fits = [row for row in scored if row[2] <= share_ms]
+    # Smaller frames only where no full-size assignment fits: they are always faster, never better.
+    fitting = [row for row in fits if all(o.downscale == 1 for o in row[0].values())] or fits
     if fitting:
         fastest = min(row[1] for row in fitting)
         good = [row for row in fitting if row[1] <= fastest * (1 + rule.slack) + rule.slack_ms]
@@ -215,12 +230,21 @@ class CodecSelector:
     """
 
     def __init__(
-        self, codec: str, cameras: Sequence[str], jpeg_quality: int, min_jpeg_quality: int, rule: ChoiceRule
+        self,
+        codec: str,
+        cameras: Sequence[str],
+        jpeg_quality: int,
+        min_jpeg_quality: int,
+        rule: ChoiceRule,
+        max_downscale: Mapping[str, int] | None = None,
     ) -> None:
         self.codec = codec  # "auto" | "raw" | "jpeg"
         self.auto = codec == "auto" and bool(cameras)  # nothing to choose without cameras
         self.rule = rule
-        self.options = ladder(jpeg_quality, min(min_jpeg_quality, jpeg_quality))
+        lowest = min(min_jpeg_quality, jpeg_quality)
+        self.ladders = {
+            name: ladder(jpeg_quality, lowest, (max_downscale or {}).get(name, 1)) for name in cameras
+        }
         start = CodecOption("raw") if codec == "raw" else CodecOption("jpeg", jpeg_quality)
         why = "link.codec=auto: JPEG until the link is measured" if self.auto else f"link.codec={codec}"
         self.choice = Choice({name: start for name in cameras}, 0.0, 0.0, True, why)
@@ -228,6 +252,7 @@ class CodecSelector:
         self.costs: dict[str, dict[CodecOption, OptionCost]] = {}
         self.by_ring = False
         self._lock = threading.Lock()
+        self._choosing = threading.Lock()
         self._switched_at = -DWELL_S
         self._announce = self.choice.reason
 
@@ -251,14 +276,24 @@ class CodecSelector:
         return self.measuring and len(self.costs) < len(self.choice.options)
 
     def set_costs(self, camera: str, costs: dict[CodecOption, OptionCost]) -> None:
+        """One camera's costs; once every camera has some, the choice is made at once from the link
+        as measured at connect (waiting for the next probe would send the start-up JPEG meanwhile,
+        which on a slow link fills its queue, and probes then measure the queue, not the link)."""
         with self._lock:
+            first = camera not in self.costs
             self.costs[camera] = costs
+        if first:
+            self._revisit_safely()
 
     # -- measurements -------------------------------------------------------------------------------
     def probed(self, small_ms: float, large_ms: float, extra_bytes: int) -> None:
         self.meter.add_probe(small_ms, large_ms, extra_bytes)
+        self._revisit_safely()
+
+    def _revisit_safely(self) -> None:
         try:
-            self.revisit()
+            with self._choosing:  # the link thread (probes) and the control thread (costs) both choose
+                self.revisit()
         except Exception:  # the choice must never take the link down: keep the current one
             log.exception("link.codec=auto could not choose; frames stay %s", self.choice.labels())
 
@@ -290,7 +325,10 @@ class CodecSelector:
         if link_ms > self.rule.max_link_share * self.rule.period_ms:
             return True
         if fidelity_steps(best.options, costs) < fidelity_steps(self.choice.options, costs):
-            return now - self._switched_at >= DWELL_S
+            # Up only after the dwell time, and only to a choice with headroom (not one that fits by a
+            # hair and would go back down at the next reading of the same link).
+            headroom = best.link_ms <= UP_HEADROOM * self.rule.max_link_share * self.rule.period_ms
+            return headroom and now - self._switched_at >= DWELL_S
         limit = best.predicted_ms * (1 + self.rule.slack) + self.rule.slack_ms
         return predicted > limit * (1 + SWITCH_GAIN) + SWITCH_MIN_MS
 

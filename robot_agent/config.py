@@ -10,6 +10,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from protos.env_spec import LINK_DOWNSCALES
 from robot_agent.safety import SafetyConfig
 
 
@@ -33,6 +34,9 @@ class LinkConfig:
     codec: str = "auto"
     jpeg_quality: int = 90
     min_jpeg_quality: int = 50
+    # auto may also send frames at 1/2, 1/4 or 1/8 of each side (after min_jpeg_quality, on links too
+    # slow for it); the registered spec declares it per camera and the trainer restores the size. 1: never.
+    max_downscale: int = 1
     max_link_share: float = 0.5  # auto keeps an observation's link time under this share of the period
     probe_interval_s: float = 2.0  # auto measures the link this often while running (a probe pair)
     reconnect_initial_s: float = 0.2
@@ -48,6 +52,10 @@ class LinkConfig:
             raise AgentConfigError(f"link.codec must be 'auto', 'jpeg' or 'raw', got {self.codec!r}")
         if not 1 <= self.min_jpeg_quality <= 100:
             raise AgentConfigError(f"link.min_jpeg_quality must be in 1..100, got {self.min_jpeg_quality}")
+        if self.max_downscale not in LINK_DOWNSCALES:
+            raise AgentConfigError(
+                f"link.max_downscale must be one of {LINK_DOWNSCALES}, got {self.max_downscale}"
+            )
         if not self.probe_interval_s > 0:
             raise AgentConfigError(f"link.probe_interval_s must be > 0, got {self.probe_interval_s}")
         if not 0.0 < self.max_link_share <= 1.0:

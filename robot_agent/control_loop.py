@@ -25,6 +25,7 @@ import numpy as np
 
 from protos import link_codec
 from protos import robot_link_pb2 as pb
+from protos.env_spec import with_max_downscale
 from robot_agent.action_queue import ActionQueue
 from robot_agent.chunk_intake import ChunkIntake
 from robot_agent.codec_choice import ChoiceRule, CodecSelector
@@ -88,7 +89,7 @@ class ControlLoop:
         if teleop is not None:
             teleop.bind(driver)
         self.teleop = TeleopArbiter(teleop, driver.spec, on_hand_back=self._policy_resumes)
-        self.spec = driver.spec
+        self.spec = with_max_downscale(driver.spec, config.link.max_downscale)  # what the trainer is told
         self.period_s = 1.0 / self.spec.control_hz
         self.safety = SafetyFilter(self.spec, driver.arms, config.safety)
         driver.set_safety_limits(config.safety)
@@ -110,6 +111,7 @@ class ControlLoop:
         self.codec = CodecSelector(  # the link thread feeds it measurements (link.codec=auto)
             link.codec, self.spec.camera_names, link.jpeg_quality, link.min_jpeg_quality,
             ChoiceRule(self.period_s * 1e3, link.max_link_share),
+            {camera.name: camera.max_downscale for camera in self.spec.cameras},
         )  # fmt: skip
         self._encoder = FrameEncoder(len(self.spec.cameras), self.codec)
         self._encoder.offer_ring(self.spec, config.link.server, config.link.frame_ring_slots)

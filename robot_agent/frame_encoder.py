@@ -58,10 +58,9 @@ class FrameEncoder:
             self._measure_costs(images)
             options = {name: self.selector.option(name) for name in images}
             futures = [
-                self.pool.submit(
-                    link_codec.encode_frame, name, image, options[name].codec, options[name].quality
-                )
+                self.pool.submit(link_codec.encode_frame, name, image, o.codec, o.quality, o.downscale)
                 for name, image in images.items()
+                for o in [options[name]]
             ]
             frames = [future.result() for future in futures]
         for frame in frames:
@@ -74,7 +73,7 @@ class FrameEncoder:
             return
         if self.selector.needs_costs():
             for name, image in images.items():
-                self.selector.set_costs(name, measure_costs(image, self.selector.options))
+                self.selector.set_costs(name, measure_costs(image, self.selector.ladders[name]))
             self._measured_at = time.monotonic()
         elif time.monotonic() - self._measured_at > REMEASURE_S and self._measuring is None:
             copies = {name: image.copy() for name, image in images.items()}
@@ -84,7 +83,7 @@ class FrameEncoder:
     def _remeasure(self, images: dict[str, np.ndarray]) -> None:
         try:
             for name, image in images.items():
-                self.selector.set_costs(name, measure_costs(image, self.selector.options))
+                self.selector.set_costs(name, measure_costs(image, self.selector.ladders[name]))
         finally:
             self._measuring = None
 

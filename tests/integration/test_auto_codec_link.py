@@ -56,3 +56,29 @@ def test_auto_sends_jpeg_on_a_100_mbit_link_and_raw_once_the_link_is_fast():
         peer.kill()
         peer.wait()
         delete_namespace(NAMESPACE)
+
+
+@pytest.mark.slow
+def test_auto_sends_smaller_frames_on_a_10_mbit_link_where_declared_and_the_trainer_gets_them_full_size():
+    """Two 480x640 cameras at 30 Hz do not fit 10 Mb/s even at the lowest JPEG quality; with
+    ``link.max_downscale=4`` they cross at a lower resolution and decode to the declared size."""
+    prefix, why_not = shaped_namespace(NAMESPACE, "10mbit")
+    if why_not:
+        pytest.skip(f"no shaped link here: {why_not}")
+    peer = subprocess.Popen(
+        [*prefix, sys.executable, str(PEER), "60", "480", "640", "4"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.DEVNULL,
+        text=True,
+    )
+    try:
+        smaller = wait_for_frames(peer, lambda s: "Mb/s" in s["reason"] and "1/" in s["frames"], timeout=40)
+        assert smaller["mbit_s"] < 30, smaller  # near the 10 Mb/s it is shaped to
+        assert "too slow" not in smaller["reason"], smaller  # the smaller frames keep the control rate
+        assert "1/" in smaller["reason"].split(":")[0], smaller  # the announced choice names the scale
+        later = wait_for_frames(peer, lambda s: s["decoded"] is not None and "1/" in s["frames"], timeout=10)
+        assert later["decoded"] == [480, 640, 3], later
+    finally:
+        peer.kill()
+        peer.wait()
+        delete_namespace(NAMESPACE)

@@ -9,7 +9,7 @@ import pytest
 
 from protos import link_codec
 from protos import robot_link_pb2 as pb
-from protos.env_spec import CameraSpec, EnvSpec, StateField, ee_delta_action_space
+from protos.env_spec import CameraSpec, EnvSpec, StateField, ee_delta_action_space, with_max_downscale
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -123,3 +123,69 @@ def test_action_chunks_round_trip_and_shape_lies_are_rejected():
         link_codec.chunk_from_proto(msg)
     with pytest.raises(link_codec.LinkCodecError, match="bad shape"):
         link_codec.chunk_from_proto(pb.ActionChunk(chunk_len=100_000, action_dim=7))
+
+
+# -- frames sent at a lower resolution (link.codec=auto on a slow link) -------------------------------
+def downscaling(max_downscale: int) -> CameraSpec:
+    return CameraSpec("front", 48, 64, 20.0, max_downscale)
+
+
+def test_shrinking_averages_each_block_rather_than_picking_a_pixel():
+    checker = np.zeros((4, 4, 3), np.uint8)
+    checker[::2, ::2] = checker[1::2, 1::2] = 255  # a 1-pixel checkerboard: every 2x2 block is half white
+    np.testing.assert_array_equal(link_codec.shrink(checker, 2), np.full((2, 2, 3), 128, np.uint8))
+
+
+def test_a_downscaled_frame_crosses_smaller_and_comes_back_at_the_declared_size():
+    blocky = np.repeat(
+        np.repeat(image(12, 16), 4, axis=0), 4, axis=1
+    )  # constant 4x4 blocks: shrinking loses nothing
+    raw = link_codec.encode_frame("front", blocky, codec="raw", downscale=4)
+    assert (raw.height, raw.width, raw.downscale, len(raw.data)) == (48, 64, 4, 12 * 16 * 3)
+    received = pb.Frame.FromString(raw.SerializeToString())
+    np.testing.assert_array_equal(link_codec.decode_frame(received, downscaling(4)), blocky)
+
+    y, x = np.mgrid[0:240, 0:320]  # a smooth scene, big enough that the JPEG headers do not dominate
+    smooth = np.stack([x * 255 / 320, y * 255 / 240, (x + y) * 127 / 560], axis=-1).astype(np.uint8)
+    full = link_codec.encode_frame("front", smooth, codec="jpeg", quality=50)
+    half = link_codec.encode_frame("front", smooth, codec="jpeg", quality=50, downscale=2)
+    assert len(half.data) < 0.6 * len(full.data)
+    out = np.empty_like(smooth)
+    decoded = link_codec.decode_frame(half, CameraSpec("front", 240, 320, 20.0, 2), out=out)
+    assert decoded.shape == smooth.shape and np.shares_memory(decoded, out)
+    assert np.abs(decoded.astype(int) - smooth.astype(int)).mean() < 12
+
+
+def test_a_downscale_the_camera_does_not_declare_is_refused():
+    frame = link_codec.encode_frame("front", image(), codec="jpeg", downscale=4)
+    for camera in (downscaling(1), downscaling(2)):
+        with pytest.raises(link_codec.LinkCodecError, match="downscale 4 of 48x64 is not allowed"):
+            link_codec.decode_frame(frame, camera)
+    obs = pb.Observation(
+        seq=1, state=[0.0] * 4, frames=[frame, link_codec.encode_frame("wrist", image(32, 32))]
+    )
+    with pytest.raises(link_codec.LinkCodecError, match="downscale 4"):
+        link_codec.check_observation(obs, spec())
+    lying = link_codec.encode_frame("front", image(), codec="raw", downscale=2)
+    lying.downscale = 4  # the data is 24x32, the frame says 12x16
+    with pytest.raises(link_codec.LinkCodecError, match="raw frame has 2304 bytes, expected 576"):
+        link_codec.decode_frame(lying, downscaling(4))
+    with pytest.raises(ValueError, match="downscale must be one of"):
+        link_codec.encode_frame("front", image(), downscale=3)
+
+
+def test_a_spec_declaring_a_downscale_round_trips_and_a_bad_one_is_refused():
+    declared = EnvSpec(**{**spec().__dict__, "cameras": (downscaling(4), CameraSpec("wrist", 32, 32, 20.0))})
+    wire = pb.EnvSpec.FromString(link_codec.spec_to_proto(declared).SerializeToString())
+    assert link_codec.spec_from_proto(wire).camera("front").max_downscale == 4
+    assert EnvSpec.from_dict(declared.to_dict()) == declared
+    assert "max_downscale" not in spec().to_dict()["cameras"][0]  # specs without one are written as before
+    wire.cameras[0].max_downscale = 3
+    with pytest.raises(link_codec.LinkCodecError, match="max_downscale must be one of"):
+        link_codec.spec_from_proto(wire)
+    wire.cameras[0].max_downscale = 8  # 48x64 / 8 = 6x8, but the wrist's 32x32 is not touched: fine
+    assert link_codec.spec_from_proto(wire).camera("front").max_downscale == 8
+    with pytest.raises(
+        ValueError, match=r"link.max_downscale: camera 'front' max_downscale 8 does not divide its 36x64"
+    ):
+        with_max_downscale(EnvSpec(**{**spec().__dict__, "cameras": (CameraSpec("front", 36, 64, 20.0),)}), 8)

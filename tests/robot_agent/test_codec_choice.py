@@ -63,6 +63,35 @@ def test_a_link_too_slow_for_the_rate_takes_the_least_bytes_and_says_so():
     assert not choice.fits and "too slow for the control rate" in choice.reason
 
 
+def with_smaller_frames(
+    costs: dict[CodecOption, OptionCost], max_downscale: int
+) -> dict[CodecOption, OptionCost]:
+    """``costs`` plus the downscaled options of ``ladder(90, 50, max_downscale)``: a factor k sends
+    1/k^2 of the pixels and codes them in about that share of the time."""
+    smaller = ladder(90, 50, max_downscale)[len(costs) :]
+    lowest = costs[Q50]
+    return {**costs, **{o: OptionCost(lowest.bytes // o.downscale**2, lowest.encode_ms / o.downscale**2,
+                                      lowest.decode_ms / o.downscale**2) for o in smaller}}  # fmt: skip
+
+
+def test_the_resolution_goes_only_after_the_quality_and_only_as_far_as_declared():
+    assert [o.label for o in ladder(90, 50, 4)] == [
+        "raw", "jpeg q90", "jpeg q75", "jpeg q50", "jpeg q50 1/2", "jpeg q50 1/4"
+    ]  # fmt: skip
+    assert ladder(90, 50, 1) == ladder(90, 50)
+
+
+def test_a_link_too_slow_for_the_lowest_quality_gets_smaller_frames_that_keep_the_rate():
+    costs = {camera: with_smaller_frames(c, 4) for camera, c in TWO_VGA.items()}
+    choice = choose(costs, LINKS["10mbit"], RULE)
+    assert choice.fits, choice.reason  # where full-size frames at q50 do not (the test above)
+    assert {o.downscale for o in choice.options.values()} <= {2, 4} and max(
+        o.downscale for o in choice.options.values()
+    ) > 1
+    # ... and frames stay full size wherever full size fits
+    assert all(o.downscale == 1 for o in choose(costs, LINKS["100mbit"], RULE).options.values())
+
+
 def test_each_camera_gets_its_own_option():
     """A small wrist camera is cheap to send raw where the scene camera's raw frames are not."""
     costs = {"front": camera_costs(640 * 480), "wrist": camera_costs(64 * 64)}
@@ -116,6 +145,34 @@ def test_auto_starts_on_jpeg_then_follows_the_link_without_flapping():
     assert selector.option("front") == RAW
 
 
+def test_the_first_choice_is_made_as_soon_as_the_costs_are_known_from_the_link_measured_at_connect():
+    """Not at the next probe: until then the start-up JPEG would flood a slow link's queue, and a
+    probe pair through a full queue measures the queue."""
+    selector = CodecSelector("auto", ["front", "wrist"], 90, 50, RULE)
+    for _ in range(3):  # at connect, before any frame
+        selector.meter.add_probe(0.8, 0.8 + 1e6 / LINKS["100mbit"].bytes_per_ms, 1_000_000)
+    selector.set_costs("front", TWO_VGA["front"])
+    assert selector.option("front").label == "jpeg q90"  # not every camera's costs yet
+    selector.set_costs("wrist", TWO_VGA["wrist"])
+    assert selector.choice.fits and "Mb/s" in selector.choice.reason
+    assert selector.choice.options == choose(TWO_VGA, selector.meter.estimate(), RULE).options
+
+
+def test_a_choice_moves_up_only_to_one_with_headroom():
+    costs = {"front": with_smaller_frames(camera_costs(640 * 480), 2)}
+    five_mbit = LinkEstimate(2.0, 625)
+    share = RULE.max_link_share * RULE.period_ms
+    selector = CodecSelector("auto", ["front"], 90, 50, RULE, {"front": 2})
+    selector.set_costs("front", costs["front"])
+    assert fed(selector, five_mbit, now=0.0) and selector.option("front").downscale == 2
+    # A link where full-size q50 fits, but by a hair: no move up, however long it lasts.
+    hair = LinkEstimate(2.0, costs["front"][Q50].bytes / (0.97 * share))
+    assert choose(costs, hair, RULE).options["front"] == Q50
+    assert not fed(selector, hair, now=100.0) and selector.option("front").downscale == 2
+    roomy = LinkEstimate(2.0, costs["front"][Q50].bytes / (0.6 * share))
+    assert fed(selector, roomy, now=200.0) and selector.option("front").downscale == 1
+
+
 def test_the_same_host_ring_settles_it_and_fixed_codecs_or_no_cameras_never_measure():
     selector = CodecSelector("auto", ["front"], 90, 50, RULE)
     selector.use_ring(True)
@@ -126,6 +183,10 @@ def test_the_same_host_ring_settles_it_and_fixed_codecs_or_no_cameras_never_meas
         fixed.set_costs("front", TWO_VGA["front"])
         assert not fixed.measuring and not fed(fixed, LINKS["10mbit"], now=1.0)
         assert fixed.option("front").label == label
+    declared = CodecSelector("auto", ["front", "wrist"], 90, 50, RULE, {"front": 2})
+    assert declared.ladders["front"][-1].label == "jpeg q50 1/2" and declared.ladders["wrist"] == ladder(
+        90, 50
+    )
     blind = CodecSelector("auto", [], 90, 50, RULE)
     assert not blind.measuring and not fed(blind, LINKS["loopback"], now=1.0)
 
@@ -143,7 +204,8 @@ def test_costs_are_measured_on_the_real_frame():
 @pytest.mark.parametrize(
     ("values", "message"),
     [({"codec": "png"}, "'auto', 'jpeg' or 'raw'"), ({"min_jpeg_quality": 0}, "min_jpeg_quality"),
-     ({"max_link_share": 1.5}, "max_link_share"), ({"probe_interval_s": 0}, "probe_interval_s")],
+     ({"max_link_share": 1.5}, "max_link_share"), ({"probe_interval_s": 0}, "probe_interval_s"),
+     ({"max_downscale": 3}, r"max_downscale must be one of \(1, 2, 4, 8\)")],
 )  # fmt: skip
 def test_bad_codec_settings_are_named(values, message):
     with pytest.raises(AgentConfigError, match=message):

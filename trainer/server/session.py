@@ -58,13 +58,16 @@ class SessionStats:
 
 
 def frames_label(frames) -> str:
-    """How frames came, in a few characters: "jpeg q75", "raw", "ring" (several when cameras differ)."""
+    """How frames came, in a few characters: "jpeg q75", "jpeg q50 1/2" (sent at half of each side),
+    "raw", "ring" (several when cameras differ)."""
     labels = []
     for frame in frames:
         if frame.codec == pb.CODEC_JPEG:
             label = f"jpeg q{frame.jpeg_quality}" if frame.jpeg_quality else "jpeg"
         else:
             label = "ring" if frame.codec == pb.CODEC_RING else "raw"
+        if frame.downscale > 1:
+            label += f" 1/{frame.downscale}"
         if label not in labels:
             labels.append(label)
     return ", ".join(labels)
