@@ -107,10 +107,19 @@ def test_hg_dagger_rounds_learn_from_interventions_and_resume(tmp_path):
     assert len(episodes) == 6
 
 
-def test_dagger_fits_the_experts_labels_on_every_visited_state(tmp_path):
-    initial_policy(tmp_path)
+# DAgger's student: a state MLP, or a tiny VLA (token head) that reads the camera and the instruction.
+STUDENTS = {"mlp": {}, "vla": {"kind": "vla", "cameras": ["front"], "chunk_size": 2}}
+
+
+@pytest.mark.parametrize("student", sorted(STUDENTS))
+def test_dagger_fits_the_experts_labels_on_every_visited_state(tmp_path, student):
+    start = initial_policy(tmp_path, **STUDENTS[student])
     config = config_for(tmp_path, "dagger.rounds=1", "dagger.only_interventions=false")
     (row,) = run_with_agent(tmp_path, config, {"mode": "advise"})
+    fitted = tmp_path / "serve" / "dagger" / "round_000" / "policy"
+    assert type(load_policy(fitted)) is type(load_policy(start)) and not torch.equal(
+        weights(start), weights(fitted)
+    )
     frames, _ = read(tmp_path)
     assert not frames["intervention"].any() and row["intervention_rate"] == 0.0
     labels = np.stack(frames["complementary_info.human_action"].to_numpy())
