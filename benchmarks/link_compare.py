@@ -1,4 +1,4 @@
-"""Our robot link against openpi's, on the same payload, in one run: loopback and shaped links.
+"""Our robot link against openpi's and LeRobot's, on the same payload, in one run: loopback and shaped links.
 
 Payload: two 640x480 RGB frames and a float32[16] state up, a float32[50, 7] action chunk down. Each
 side's server makes arrays of the frames (no copy where it can) and answers at once.
@@ -6,6 +6,9 @@ side's server makes arrays of the frames (no copy where it can) and answers at o
 * **openpi**: ``openpi_client.WebsocketClientPolicy`` (pinned, installed by this script in its own
   venv under ``runs/bench_venvs/openpi``) against a server speaking its protocol
   (``benchmarks/peers/openpi_peer.py``): lockstep (back to back) and paced at 30 Hz.
+* **LeRobot**: its async-inference transport (``lerobot.transport``: gRPC, pickled observations
+  streamed in parts, pickled action chunks; pinned, in ``runs/bench_venvs/lerobot``) between a server
+  and a client that use it as its policy server and robot client do (``benchmarks/peers/lerobot_peer.py``).
 * **ours**: the real agent (control loop at 30 Hz, safety, spool) and the real link server
   (``benchmarks/link_latency.py``'s ``run_link``): raw frames by the same-host frame ring, raw
   frames in-band (as to another host), and JPEG q90.
@@ -39,6 +42,12 @@ RESULTS = Path(__file__).resolve().parent / "results"
 PEER_VENVS = ROOT / "runs" / "bench_venvs"
 OPENPI_PINS = ["openpi-client==0.1.2", "websockets==17.4", "msgpack==1.2.4", "numpy==1.26.4",
                "typing_extensions==4.16.0"]  # fmt: skip
+# LeRobot's transport only (its full install pins a CUDA torch < 2.8 and every policy's dependencies):
+# the package without its dependencies, then what ``lerobot.transport`` imports, at LeRobot's own
+# grpcio / protobuf pins (its ``async`` extra) and the local CPU torch.
+LEROBOT_NO_DEPS = ["lerobot==0.4.1"]
+LEROBOT_PINS = ["grpcio==1.73.1", "protobuf==6.31.0", "huggingface_hub==0.35.3", "numpy==2.2.6",
+                "torch==2.13.0"]  # fmt: skip
 NAMESPACE = "rlinf-link-bench"
 PERIOD_MS = 1000 / 30
 
@@ -50,23 +59,28 @@ def summary(samples: list[float]) -> dict[str, float]:
 
 
 # -- peers ------------------------------------------------------------------------------------------
-def peer_python(name: str, pins: list[str]) -> Path:
-    """The peer's own venv (built once, pinned), so its dependencies never meet ours."""
+def peer_python(name: str, pins: list[str], no_deps: tuple[str, ...] = ()) -> Path:
+    """The peer's own venv (built once, pinned), so its dependencies never meet ours; ``no_deps`` are
+    installed without their dependencies."""
     venv = PEER_VENVS / name
     python = venv / "bin" / "python"
     stamp = venv / "pins.txt"
-    if python.exists() and stamp.exists() and stamp.read_text() == "\n".join(pins):
+    wanted = "\n".join([*no_deps, *pins])
+    if python.exists() and stamp.exists() and stamp.read_text() == wanted:
         return python
-    print(f"[link_compare] installing {name} ({', '.join(pins)}) in {venv}", flush=True)
+    print(f"[link_compare] installing {name} ({', '.join([*no_deps, *pins])}) in {venv}", flush=True)
     shutil.rmtree(venv, ignore_errors=True)
     subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True)
+    if no_deps:
+        subprocess.run([str(python), "-m", "pip", "install", "-q", "--no-deps", *no_deps], check=True)
     subprocess.run([str(python), "-m", "pip", "install", "-q", *pins], check=True)
-    stamp.write_text("\n".join(pins))
+    stamp.write_text(wanted)
     return python
 
 
-def run_openpi(prefix: list[str], python: Path, requests: int, hz: float) -> dict:
-    script = str(Path(__file__).parent / "peers" / "openpi_peer.py")
+def run_peer(peer: str, prefix: list[str], python: Path, requests: int, hz: float) -> dict:
+    """A peer's server and client (``peers/<peer>_peer.py``) in its venv: round-trip figures."""
+    script = str(Path(__file__).parent / "peers" / f"{peer}_peer.py")
     with tempfile.TemporaryDirectory() as tmp:
         port_file = Path(tmp) / "port"
         server = subprocess.Popen(
@@ -117,6 +131,26 @@ def ours_in_this_process(codec: str, ring_slots: int, duration_s: float) -> None
                       "frames": result["frames"]}))  # fmt: skip
 
 
+TARGET_SPEEDUP = {"10gbit": 1.0, "1gbit": 3.0, "100mbit": 10.0}  # ours faster than each peer by this
+
+
+def speedups(links: dict) -> dict[str, dict[str, float]]:
+    """Per link and peer: the peer's best p50 (lockstep or 30 Hz) over ours (``link.codec=auto`` at
+    30 Hz, the default)."""
+    out: dict[str, dict[str, float]] = {}
+    for link, row in links.items():
+        ours = row.get("ours_auto_30hz", {}).get("p50_ms")
+        if ours is None:
+            continue
+        for peer in ("openpi", "lerobot"):
+            figures = [
+                row[k]["p50_ms"] for k in (f"{peer}_lockstep", f"{peer}_30hz") if "p50_ms" in row.get(k, {})
+            ]
+            if figures:
+                out.setdefault(link, {})[peer] = min(figures) / ours
+    return out
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--requests", type=int, default=300, help="lockstep requests per peer and link")
@@ -128,6 +162,7 @@ def main() -> None:
         ours_in_this_process(args.ours[0], int(args.ours[1]), float(args.ours[2]))
         return
     openpi = peer_python("openpi", OPENPI_PINS)
+    lerobot = peer_python("lerobot", LEROBOT_PINS, tuple(LEROBOT_NO_DEPS))
     duration = args.requests / 30.0
     results: dict = {"payload": "2 x 640x480 RGB + float32[16] up, float32[50,7] down", "links": {}}
     if args.out.exists():  # re-measuring some links keeps the others' figures (each link is one run)
@@ -139,8 +174,10 @@ def main() -> None:
             results["links"][link] = {"skipped": why_not}
             continue
         row = {
-            "openpi_lockstep": run_openpi(prefix, openpi, args.requests, 0.0),
-            "openpi_30hz": run_openpi(prefix, openpi, args.requests, 30.0),
+            "openpi_lockstep": run_peer("openpi", prefix, openpi, args.requests, 0.0),
+            "openpi_30hz": run_peer("openpi", prefix, openpi, args.requests, 30.0),
+            "lerobot_lockstep": run_peer("lerobot", prefix, lerobot, args.requests, 0.0),
+            "lerobot_30hz": run_peer("lerobot", prefix, lerobot, args.requests, 30.0),
             "ours_raw_in_band_30hz": run_ours(prefix, "raw", 0, duration),
             "ours_jpeg_30hz": run_ours(prefix, "jpeg", 0, duration),
             # The default: on this host the frame ring; on a shaped link (another host) no ring.
@@ -163,6 +200,12 @@ def main() -> None:
         results["loopback_raw_vs_openpi"] = best_raw / loop["openpi_30hz"]["p50_ms"]
         print(f"loopback: our raw p50 / openpi's (both at 30 Hz) = {results['loopback_raw_vs_openpi']:.2f} "
               "(target <= 0.8)")  # fmt: skip
+    results["speedups"] = speedups(results["links"])
+    for link, by_peer in results["speedups"].items():
+        wanted = TARGET_SPEEDUP.get(link)
+        print(f"{link:9s} ours (auto, 30 Hz) vs the peers' best p50: "
+              + ", ".join(f"{peer} {ratio:.2f}x" for peer, ratio in by_peer.items())
+              + (f" (target >= {wanted}x)" if wanted else ""))  # fmt: skip
     results["machine"] = {"cpus": os.cpu_count(), "python": platform.python_version()}
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(results, indent=2))
