@@ -40,7 +40,7 @@ from robot_agent.watchdog import Watchdog
 
 log = logging.getLogger(__name__)
 
-Send = Callable[[pb.AgentMessage], None]
+Send = Callable[[pb.AgentMessage | bytes], None]  # bytes: a serialised observation message
 
 
 @dataclass
@@ -118,7 +118,7 @@ class ControlLoop:
         self._thread: threading.Thread | None = None
         self._driver_error: str | None = None
         self._advice: np.ndarray | None = None  # an expert's label for this tick while the policy drives
-        self._unspooled: tuple[str, pb.Observation, dict] | None = None  # sent by the ring, not yet spooled
+        self._unspooled: tuple[str, pb.Observation, dict] | None = None  # raw frames sent, not yet spooled
         self.intake = ChunkIntake(
             self.safety, config.safety, self.queue, self.ledger, self.stats, self._send_error
         )
@@ -347,7 +347,7 @@ class ControlLoop:
         reading = self.driver.observe()
         mono, wall = link_codec.now_ns()
         seq = self.ledger.tick
-        frames = self._encoder.encode(reading.images, reading.capture_ns, seq)
+        frames, raw_pixels = self._encoder.encode(reading.images, reading.capture_ns, seq)
         self.stats.encode_ms.append((time.monotonic_ns() - mono) / 1e6)
         episode = self._episode
         by_ring = any(f.codec == pb.CODEC_RING for f in frames)
@@ -366,21 +366,25 @@ class ControlLoop:
         )
         if episode is not None and episode.transition is not None:
             self.ledger.attach(msg, episode.transition)  # a later answer is no longer recorded
+        raw = by_ring or bool(raw_pixels)  # raw frames, whose pixels are not in the message
         if episode is not None:
             episode.pending = msg
-            if not by_ring:
+            if not raw:
                 self.spool.append(episode.episode_id, msg)  # on disk before it is sent: a crash keeps it
         self.ledger.sent(seq, mono)
-        self._send(pb.AgentMessage(observation=msg))
-        if episode is not None and by_ring:
-            # A same-host trainer has the pixels already (shared memory); the spool's copy, with the
-            # pixels in it, is written at the end of this tick, while this thread would wait anyway and
-            # off the round trip (a crash in between loses one step of an episode it aborts anyway).
-            self._unspooled = (episode.episode_id, msg, reading.images)
+        if raw_pixels:  # the pixels go into the sent bytes once, never into a message
+            self._send(link_codec.observation_message_bytes(msg, raw_pixels))
+        else:
+            self._send(pb.AgentMessage(observation=msg))
+        if episode is not None and raw:
+            # Raw frames (by the ring, or in-band) are spooled with their pixels at the end of this
+            # tick, while this thread would wait anyway and off the round trip (a megabyte or two per
+            # observation; a crash in between loses one step of an episode it aborts anyway).
+            self._unspooled = (episode.episode_id, msg, reading.images if by_ring else raw_pixels)
         return msg
 
     def _spool_sent_frames(self) -> None:
-        """Write the observation whose frames went by the ring (before the next observation, or the end)."""
+        """Write the observation whose raw frames were sent (before the next observation, or the end)."""
         if self._unspooled is not None:
             episode_id, msg, images = self._unspooled
             self._unspooled = None

@@ -51,21 +51,30 @@ class FrameEncoder:
 
     def encode(
         self, images: dict[str, np.ndarray], capture_ns: dict[str, int], seq: int = 0
-    ) -> list[pb.Frame]:
+    ) -> tuple[list[pb.Frame], dict[str, np.ndarray]]:
+        """The frames, and the pixels of those sent raw in-band: a raw frame carries no data here, its
+        pixels go straight into the bytes sent and spooled (``link_codec.observation_parts``)."""
+        pixels: dict[str, np.ndarray] = {}
         if self.ring is not None and self.ring_active:
             frames = self._into_ring(images, seq)
         else:
             self._measure_costs(images)
-            options = {name: self.selector.option(name) for name in images}
-            futures = [
-                self.pool.submit(link_codec.encode_frame, name, image, o.codec, o.quality, o.downscale)
+            encoded = {}
+            for name, image in images.items():
+                option = self.selector.option(name)
+                if option.codec == "raw" and option.downscale == 1:
+                    pixels[name] = np.ascontiguousarray(image)
+                else:
+                    encoded[name] = self.pool.submit(link_codec.encode_frame, name, image, option.codec,
+                                                     option.quality, option.downscale)  # fmt: skip
+            frames = [
+                encoded[name].result() if name in encoded else
+                pb.Frame(camera=name, codec=pb.CODEC_RAW_RGB8, height=image.shape[0], width=image.shape[1])
                 for name, image in images.items()
-                for o in [options[name]]
-            ]
-            frames = [future.result() for future in futures]
+            ]  # fmt: skip
         for frame in frames:
             frame.capture_mono_ns = capture_ns.get(frame.camera, 0)
-        return frames
+        return frames, pixels
 
     def _measure_costs(self, images: dict[str, np.ndarray]) -> None:
         """What each option costs on these cameras: now, the first time; then on the pool, now and then."""

@@ -19,7 +19,6 @@ import grpc
 
 from protos import link_codec
 from protos import robot_link_pb2 as pb
-from protos import robot_link_pb2_grpc as pb_grpc
 from robot_agent.config import LinkConfig
 from robot_agent.control_loop import ControlLoop
 from robot_agent.spool import EpisodeSpool
@@ -58,6 +57,17 @@ class LinkRefused(RuntimeError):
 
 class LinkLost(ConnectionError):
     """The session ended (by either side, with any status but a refusal): hold, back off, reconnect."""
+
+
+SESSION_METHOD = f"/{pb.DESCRIPTOR.package}.RobotLink/Session"
+
+
+def _is_observation(message: pb.AgentMessage | bytes) -> bool:
+    return isinstance(message, bytes) or message.HasField("observation")
+
+
+def _serialize(message: pb.AgentMessage | bytes) -> bytes:
+    return message if isinstance(message, bytes) else message.SerializeToString()
 
 
 def channel_options() -> list[tuple[str, int | str]]:
@@ -112,10 +122,11 @@ class LinkClient:
         self._probe_waiters: dict[int, asyncio.Future] = {}
 
     # -- called from the control thread ------------------------------------------------------------
-    def send(self, message: pb.AgentMessage) -> None:
-        """Queue a message for the trainer; live observations are skipped while the link is down or slow."""
+    def send(self, message: pb.AgentMessage | bytes) -> None:
+        """Queue a message for the trainer (``bytes``: an observation's ``AgentMessage``, serialised
+        already); live observations are skipped while the link is down or slow."""
         loop, outbox = self._loop, self._outbox
-        is_observation = message.HasField("observation")
+        is_observation = _is_observation(message)
         if loop is None or outbox is None:
             return  # no session: the spool has everything that matters
         if is_observation:
@@ -175,9 +186,13 @@ class LinkClient:
 
     async def _session(self, stop: asyncio.Event) -> None:
         async with make_channel(self.config) as channel:
-            stub = pb_grpc.RobotLinkStub(channel)
+            session = channel.stream_stream(  # the generated stub, but taking serialised messages too
+                SESSION_METHOD,
+                request_serializer=_serialize,
+                response_deserializer=pb.TrainerMessage.FromString,
+            )
             metadata = link_codec.metadata_token(self.config.token) if self.config.token else None
-            call = stub.Session(metadata=metadata)
+            call = session(metadata=metadata)
             pending = self.spool.pending()
             await call.write(pb.AgentMessage(register=self._register(pending)))
             first = await call.read()
@@ -260,7 +275,7 @@ class LinkClient:
     async def _write(self, call, outbox: asyncio.Queue) -> None:
         while True:
             message = await outbox.get()
-            if message.HasField("observation"):
+            if _is_observation(message):
                 with self._count_lock:
                     self._pending_observations -= 1
             elif message.HasField("probe"):

@@ -27,11 +27,25 @@ def written_frames(agent) -> dict[int, dict[str, np.ndarray]]:
     return frames
 
 
+def sent_in_band(agent) -> dict[int, dict[str, np.ndarray]]:
+    """Record the pixels of the raw frames the agent sends in-band, by observation seq."""
+    encoder = agent.agent.control._encoder
+    encode, pixels_by_seq = encoder.encode, {}
+
+    def recording_encode(images, capture_ns, seq=0):
+        frames, pixels = encode(images, capture_ns, seq)
+        pixels_by_seq[seq] = {name: np.array(image) for name, image in pixels.items()}
+        return frames, pixels
+
+    encoder.encode = recording_encode
+    return pixels_by_seq
+
+
 @pytest.mark.parametrize("trainer_maps_the_ring", [True, False])
 def test_raw_frames_to_a_same_host_trainer_go_by_shared_memory_bit_exact(tmp_path, trainer_maps_the_ring):
     server = start_server(frame_ring=trainer_maps_the_ring)
     agent = start_agent(server.server.port, tmp_path / "spool", codec="raw")
-    sent = written_frames(agent)
+    sent, in_band = written_frames(agent), sent_in_band(agent)
     try:
         session = server.call(server.server.wait_for_robot(timeout=30))
         end = server.call(run_episode(session, constant_policy([0.2, 0, 0, 0, 0, 0, 1])), timeout=60)
@@ -48,18 +62,23 @@ def test_raw_frames_to_a_same_host_trainer_go_by_shared_memory_bit_exact(tmp_pat
                 for name, image in images.items():
                     np.testing.assert_array_equal(image, sent[obs.seq][name])
             else:
-                assert not sent  # nothing went through the ring
+                assert not sent  # nothing went through the ring: in-band, put together from the pixels
+                for name, image in images.items():
+                    np.testing.assert_array_equal(image, in_band[obs.seq][name])
         assert session.stats.ring_overruns == 0
     finally:
         agent.stop()
         server.stop()
 
 
-def test_frames_sent_by_the_ring_are_in_the_spool_with_their_pixels(tmp_path):
-
+@pytest.mark.parametrize("by_ring", [True, False])
+def test_raw_frames_sent_by_the_ring_or_in_band_are_in_the_spool_with_their_pixels(tmp_path, by_ring):
+    """Raw frames are spooled after they are sent (off the round trip), pixels and all."""
     server = start_server()
-    agent = start_agent(server.server.port, tmp_path / "spool", codec="raw")
-    sent = written_frames(agent)
+    agent = start_agent(
+        server.server.port, tmp_path / "spool", codec="raw", frame_ring_slots=16 if by_ring else 0
+    )
+    sent = written_frames(agent) if by_ring else sent_in_band(agent)
     try:
         session = server.call(server.server.wait_for_robot(timeout=30))
 
@@ -76,13 +95,13 @@ def test_frames_sent_by_the_ring_are_in_the_spool_with_their_pixels(tmp_path):
         server.stop(grace=None)  # the trainer dies mid-episode: nothing is acknowledged
         wait_until(lambda: episode_id in agent.agent.spool.pending(), what="the aborted episode in the spool")
         spooled = list(agent.agent.spool.observations(episode_id))
-        by_ring = [
+        recorded = [
             obs for obs in spooled if obs.seq in sent
         ]  # (the step observed as the link fell is in-band)
-        assert len(by_ring) >= 6
+        assert len(recorded) >= 6
         for obs in spooled:
             assert all(f.codec == pb.CODEC_RAW_RGB8 for f in obs.frames)
-        for obs in by_ring:
+        for obs in recorded:
             for name, image in link_codec.decode_images(obs.frames, session.spec).items():
                 np.testing.assert_array_equal(image, sent[obs.seq][name])
     finally:

@@ -189,3 +189,25 @@ def test_a_spec_declaring_a_downscale_round_trips_and_a_bad_one_is_refused():
         ValueError, match=r"link.max_downscale: camera 'front' max_downscale 8 does not divide its 36x64"
     ):
         with_max_downscale(EnvSpec(**{**spec().__dict__, "cameras": (CameraSpec("front", 36, 64, 20.0),)}), 8)
+
+
+def test_an_observation_message_put_together_from_raw_pixels_parses_as_the_one_built_whole():
+    """The agent's raw in-band path: the pixels go into the sent bytes once (from image arrays), and
+    the trainer parses exactly the message that would have been built with the pixels in it."""
+    pixels = {"front": image(), "wrist": image(32, 32, seed=1)}
+    jpeg = link_codec.encode_frame("side", image(seed=2), codec="jpeg")
+    raw_frames = [pb.Frame(camera=c, codec=pb.CODEC_RAW_RGB8, height=p.shape[0], width=p.shape[1],
+                           capture_mono_ns=7) for c, p in pixels.items()]  # fmt: skip
+    obs = pb.Observation(seq=4, frames=[raw_frames[0], jpeg, raw_frames[1]], state=[0.5] * 4, step=2)
+    whole = pb.Observation()
+    whole.CopyFrom(obs)
+    for frame in whole.frames:
+        if frame.camera in pixels:
+            frame.data = pixels[frame.camera].tobytes()
+    sent = link_codec.observation_message_bytes(obs, pixels)
+    assert pb.AgentMessage.FromString(sent) == pb.AgentMessage(observation=whole)
+    assert [f.camera for f in pb.AgentMessage.FromString(sent).observation.frames] == [
+        "front",
+        "side",
+        "wrist",
+    ]
