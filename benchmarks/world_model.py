@@ -198,7 +198,8 @@ def run_seed(seed: int, args, twin: dict, work: Path) -> dict:
     checkpoint = work / "wm" / "world_model"
 
     ppo = [f"policy.init_from={bc}", f"run.total_env_steps={args.steps}", f"run.seed={seed}",
-           "run.final_eval_episodes=0", "env.num_envs=32", f"algo.critic_warmup_updates={args.critic_warmup}"]  # fmt: skip
+           "run.final_eval_episodes=0", "env.num_envs=32", f"algo.critic_warmup_updates={args.critic_warmup}",
+           f"algo.learning_rate={args.ppo_lr}"]  # fmt: skip
     tick = time.monotonic()
     wm_policy = run_training("ppo_world_model", work / "ppo_wm", [
         *ppo, f"env.kwargs.checkpoint={checkpoint}",
@@ -296,6 +297,12 @@ def main() -> int:
         "--imagined-steps", type=int, default=80, help="imagined episode length (max; the task's is 80)"
     )
     parser.add_argument("--steps", type=int, default=100_000, help="PPO env steps, each arm")
+    parser.add_argument(
+        "--ppo-lr",
+        type=float,
+        default=1e-4,
+        help="PPO's learning rate, both arms (3e-4 clipped 35-45%% of the ratios of a BC start at log std -1.5)",
+    )
     parser.add_argument("--critic-warmup", type=int, default=5, help="PPO updates that fit the critic only")
     parser.add_argument("--eval-episodes", type=int, default=50)
     parser.add_argument("--gap", type=Path, help="the twin's reality gap: a JSON of randomisation keys")
