@@ -1,5 +1,6 @@
 """link.codec=auto on a shaped link: a 100 Mb/s link makes the agent send JPEG, and when the limit is
-lifted (memory-speed loopback) it goes back to raw, in the same session. The link is the loopback of a
+lifted (memory-speed loopback) it goes back to raw, in the same session; a 10 Mb/s link makes it send
+smaller frames, where the spec allows them. The link is the loopback of a
 network namespace shaped with ``tc tbf`` (root only; skipped with the reason elsewhere)."""
 
 from __future__ import annotations
