@@ -66,7 +66,9 @@ class TeleopSession:
         self.control = ControlLoop(driver, config, spool, send=self._receive, teleop=teleop)
         self.recorded: list[TeleopEpisode] = []
 
-    def _receive(self, message: pb.AgentMessage) -> None:  # the control loop's thread
+    def _receive(self, message: pb.AgentMessage | bytes) -> None:  # the control loop's thread
+        if isinstance(message, bytes):
+            return  # an observation with raw frames, serialised: the spool has it
         kind = message.WhichOneof("body")
         if kind == "episode_event" and message.episode_event.kind != pb.EpisodeEvent.STARTED:
             self._events.put(message.episode_event)
