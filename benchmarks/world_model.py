@@ -301,7 +301,7 @@ def main() -> int:
         "--ppo-lr",
         type=float,
         default=1e-4,
-        help="PPO's learning rate, both arms (3e-4 clipped 35-45%% of the ratios of a BC start at log std -1.5)",
+        help="PPO's learning rate, both arms (3e-4 clipped 31-45%% of the ratios of a BC start at log std -1.5)",
     )
     parser.add_argument("--critic-warmup", type=int, default=5, help="PPO updates that fit the critic only")
     parser.add_argument("--eval-episodes", type=int, default=50)
