@@ -40,6 +40,7 @@ from robot_agent.agent import Agent, AgentThread
 from robot_agent.config import AgentConfig, LinkConfig
 from robot_agent.drivers.base import DriverCapabilities, DriverObservation, RobotDriver, StepOutcome
 from robot_agent.safety import ArmScaling
+from trainer.server.episodes import CountingEpisodeSink
 from trainer.server.link_server import LinkServer, LinkServerConfig
 
 HEIGHT, WIDTH, CHUNK = 480, 640, 50
@@ -171,7 +172,9 @@ async def serve_episodes(server: LinkServer, stop: asyncio.Event, decode: str = 
 
 def serve_forever(port_file: Path, stats_file: Path, decode: str = "copy") -> None:
     """The trainer process: serve episodes until SIGTERM, then write its reply-time samples."""
-    server = LinkServer(LinkServerConfig(host="127.0.0.1", port=0))
+    # Episodes are acknowledged and let go, as a serve run's dataset writer does once they are on
+    # disk (a MemoryEpisodeSink would keep every raw frame, so every frame would land on fresh pages).
+    server = LinkServer(LinkServerConfig(host="127.0.0.1", port=0), sink=CountingEpisodeSink())
 
     async def main() -> None:
         stop = asyncio.Event()

@@ -82,6 +82,16 @@ class ActionQueue:
             self._drop_before(tick + 1)
             return action
 
+    def wait_answered(self, obs_seq: int, timeout_s: float) -> bool:
+        """Wait up to ``timeout_s`` for a chunk answering ``obs_seq`` (or a later observation) to be
+        accepted; False on timeout or on a :meth:`clear` (the link dropped)."""
+        with self._cond:
+            cleared = self._clears
+            self._cond.wait_for(
+                lambda: self._last_obs_seq >= obs_seq or self._clears != cleared, timeout=max(0.0, timeout_s)
+            )
+            return self._last_obs_seq >= obs_seq
+
     def clear(self) -> None:
         with self._cond:
             self._actions = self._actions[:0]

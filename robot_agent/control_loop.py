@@ -221,7 +221,7 @@ class ControlLoop:
         try:
             self._run_tick(tick_start)
         finally:
-            self._spool_sent_frames()
+            self._spool_sent_frames(answered_by=tick_start + self.config.action_wait_fraction * self.period_s)
 
     def _run_tick(self, tick_start: float) -> None:
         self._hold_if_unsafe()  # before observing, which may take a while (cameras)
@@ -378,17 +378,25 @@ class ControlLoop:
             self._send(pb.AgentMessage(observation=msg))
         if episode is not None and raw:
             # Raw frames (by the ring, or in-band) are spooled with their pixels at the end of this
-            # tick, while this thread would wait anyway and off the round trip (a megabyte or two per
+            # tick, once the trainer has answered, off the round trip (a megabyte or two per
             # observation; a crash in between loses one step of an episode it aborts anyway).
             self._unspooled = (episode.episode_id, msg, reading.images if by_ring else raw_pixels)
         return msg
 
-    def _spool_sent_frames(self) -> None:
-        """Write the observation whose raw frames were sent (before the next observation, or the end)."""
-        if self._unspooled is not None:
-            episode_id, msg, images = self._unspooled
-            self._unspooled = None
-            self.spool.append_with_pixels(episode_id, msg, images)
+    def _spool_sent_frames(self, answered_by: float | None = None) -> None:
+        """Write the observation whose raw frames were sent (before the next observation, or the end).
+
+        With ``answered_by`` (a monotonic time), first wait until the trainer's answer to it arrives
+        or that time passes: a tick whose action was already queued (a chunk plays several ticks)
+        would otherwise write a megabyte or two to disk while the link thread sends the same frames,
+        and the two threads' turns at the GIL and the CPU added about 1.5 ms to the round trip."""
+        if self._unspooled is None:
+            return
+        episode_id, msg, images = self._unspooled
+        self._unspooled = None
+        if answered_by is not None:
+            self.queue.wait_answered(msg.seq, answered_by - time.monotonic())
+        self.spool.append_with_pixels(episode_id, msg, images)
 
     # -- the frame ring (raw frames to a trainer on this host) -------------------------------------
     def frame_ring_offer(self) -> pb.FrameRing | None:

@@ -3,12 +3,20 @@ spooled and recorded as ordinary raw frames; a trainer that does not map the rin
 
 from __future__ import annotations
 
+import time
+
 import numpy as np
 import pytest
 
 from protos import link_codec
 from protos import robot_link_pb2 as pb
-from tests.integration.link_harness import constant_policy, start_agent, start_server, wait_until
+from tests.integration.link_harness import (
+    answer_episode,
+    constant_policy,
+    start_agent,
+    start_server,
+    wait_until,
+)
 from trainer.server.episode_runner import run_episode
 
 pytestmark = pytest.mark.slow
@@ -106,3 +114,44 @@ def test_raw_frames_sent_by_the_ring_or_in_band_are_in_the_spool_with_their_pixe
                 np.testing.assert_array_equal(image, sent[obs.seq][name])
     finally:
         agent.stop()
+
+
+@pytest.mark.parametrize("by_ring", [True, False])
+def test_raw_frames_are_spooled_only_after_the_trainer_has_answered_them(tmp_path, by_ring):
+    """With chunks of several actions a tick's action is queued before its observation is even sent;
+    its raw frames still reach the spool only once the trainer's answer to them has come back, so
+    the megabyte written to disk never competes with the send for the CPU and the GIL."""
+    server = start_server()
+    agent = start_agent(
+        server.server.port, tmp_path / "spool", codec="raw", frame_ring_slots=16 if by_ring else 0
+    )
+    control = agent.agent.control
+    answered_at: dict[int, float] = {}
+    spooled_at: dict[int, float] = {}
+    accept, append = control.accept_chunk, control.spool.append_with_pixels
+
+    def timed_accept(msg):
+        answered_at.setdefault(msg.obs_seq, time.monotonic())
+        return accept(msg)
+
+    def timed_append(episode_id, observation, images):
+        spooled_at[observation.seq] = time.monotonic()
+        return append(episode_id, observation, images)
+
+    control.accept_chunk, control.spool.append_with_pixels = timed_accept, timed_append
+    try:
+        session = server.call(server.server.wait_for_robot(timeout=30))
+
+        def slow_chunk(step, obs):
+            time.sleep(0.01)  # the trainer thinks for 10 ms; its chunk covers the next 8 ticks
+            return np.tile(np.array([0.1, 0, 0, 0, 0, 0, 1], np.float32), (8, 1))
+
+        answered = server.call(answer_episode(session, 10, slow_chunk), timeout=60)
+        wait_until(lambda: all(o.seq in spooled_at for o in answered[:-1]), what="the answered steps spooled")
+        both = [o.seq for o in answered[:-1] if o.seq in answered_at]
+        assert len(both) >= 8
+        for seq in both:
+            assert spooled_at[seq] >= answered_at[seq], f"seq {seq} spooled before its answer came back"
+    finally:
+        agent.stop()
+        server.stop()

@@ -69,6 +69,24 @@ def test_wait_for_wakes_when_a_chunk_arrives():
     assert time.monotonic() - start < 1.0
 
 
+def test_wait_answered_returns_when_a_chunk_answers_that_observation_or_a_later_one():
+    queue = ActionQueue()
+    assert queue.wait_answered(5, 0.01) is False  # nothing answered yet: times out
+    threading.Timer(0.05, lambda: queue.accept(chunk([1, 2]), obs_seq=6, next_tick=6)).start()
+    start = time.monotonic()
+    assert queue.wait_answered(5, 5.0) is True  # seq 6 answers after 5: 5 is behind it
+    assert time.monotonic() - start < 2.0
+    assert queue.wait_answered(6, 0) is True and queue.wait_answered(7, 0) is False
+
+
+def test_wait_answered_ends_at_once_when_the_queue_is_cleared():
+    queue = ActionQueue()
+    threading.Timer(0.05, queue.clear).start()
+    start = time.monotonic()
+    assert queue.wait_answered(3, 10.0) is False
+    assert time.monotonic() - start < 5.0
+
+
 def test_unknown_merge_mode_is_named():
     with pytest.raises(ValueError, match="merge"):
         ActionQueue("average")

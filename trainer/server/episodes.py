@@ -67,6 +67,23 @@ class MemoryEpisodeSink:
         return None
 
 
+@dataclass
+class CountingEpisodeSink:
+    """Acknowledges episodes and keeps only their ids: a trainer that records nothing (the link's
+    benchmarks; a serve run's dataset writer also lets an episode go once it is on disk)."""
+
+    stored: set[tuple[str, str]] = field(default_factory=set)  # (robot_id, episode_id)
+
+    def has(self, episode_id: str, robot_id: str | None = None) -> bool:
+        return any(e == episode_id and robot_id in (None, r) for r, e in list(self.stored))
+
+    def store(self, episode: RobotEpisode) -> None:
+        self.stored.add((episode.robot_id, episode.episode_id))
+
+    def features_mismatch(self, spec: EnvSpec, live: list[EnvSpec]) -> str | None:
+        return None
+
+
 class EpisodeAssembler:
     """Collects one robot's episodes; returns the ack to send for each end event or finished upload."""
 
