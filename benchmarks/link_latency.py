@@ -193,10 +193,11 @@ def serve_forever(port_file: Path, stats_file: Path, decode: str = "copy") -> No
 
 def run_link(
     frames, control_hz: float, duration_s: float, episode_steps: int, codec: str = "jpeg",
-    frame_ring_slots: int = 16, decode: str = "copy",
+    frame_ring_slots: int = 16, decode: str = "copy", warmup_s: float = 0.0,
 ) -> dict:  # fmt: skip
     """The agent in this process, the trainer in another (as on two machines, no shared GIL).
-    ``frame_ring_slots=0`` keeps raw frames in-band even on loopback (as to another host)."""
+    ``frame_ring_slots=0`` keeps raw frames in-band even on loopback (as to another host).
+    ``warmup_s``: run this long before measuring (see link_compare.py's WARMUP_S)."""
     with tempfile.TemporaryDirectory() as tmp:
         port_file, stats_file = Path(tmp) / "port", Path(tmp) / "stats.json"
         trainer = subprocess.Popen(
@@ -223,6 +224,7 @@ def run_link(
         deadline = time.monotonic() + 60
         while control.stats.actions_executed == 0 and time.monotonic() < deadline:
             time.sleep(0.01)
+        time.sleep(warmup_s)
         before = _counters(agent)
         time.sleep(duration_s)
         after = _counters(agent)

@@ -20,6 +20,16 @@ log = logging.getLogger(__name__)
 REMEASURE_S = 30.0  # the options' costs are measured again on newer frames this often
 
 
+class _Done:
+    """A result already at hand, read like the pool's futures."""
+
+    def __init__(self, value) -> None:
+        self.value = value
+
+    def result(self):
+        return self.value
+
+
 class FrameEncoder:
     """Encodes one observation's images in parallel (the codecs release the GIL)."""
 
@@ -59,14 +69,18 @@ class FrameEncoder:
             frames = self._into_ring(images, seq)
         else:
             self._measure_costs(images)
-            encoded = {}
+            to_encode = []
             for name, image in images.items():
                 option = self.selector.option(name)
                 if option.codec == "raw" and option.downscale == 1:
                     pixels[name] = np.ascontiguousarray(image)
                 else:
-                    encoded[name] = self.pool.submit(link_codec.encode_frame, name, image, option.codec,
-                                                     option.quality, option.downscale)  # fmt: skip
+                    to_encode.append((name, image, option.codec, option.quality, option.downscale))
+            # The pool takes all but the last, which this thread encodes meanwhile: a thread's wake-up
+            # costs about as much as a 640x480 JPEG here, so waiting for the pool to do it all is slower.
+            encoded = {job[0]: self.pool.submit(link_codec.encode_frame, *job) for job in to_encode[:-1]}
+            if to_encode:
+                encoded[to_encode[-1][0]] = _Done(link_codec.encode_frame(*to_encode[-1]))
             frames = [
                 encoded[name].result() if name in encoded else
                 pb.Frame(camera=name, codec=pb.CODEC_RAW_RGB8, height=image.shape[0], width=image.shape[1])
