@@ -13,6 +13,7 @@ import logging
 import random
 import threading
 import time
+from dataclasses import dataclass
 from pathlib import Path
 
 import grpc
@@ -62,12 +63,31 @@ class LinkLost(ConnectionError):
 SESSION_METHOD = f"/{pb.DESCRIPTOR.package}.RobotLink/Session"
 
 
-def _is_observation(message: pb.AgentMessage | bytes) -> bool:
+@dataclass(frozen=True)
+class _Probe:
+    """A link probe, serialised already (``link_codec.probe_message_bytes``)."""
+
+    probe_id: int
+    data: bytes
+
+
+def _probe(probe_id: int, padding: int) -> _Probe:
+    return _Probe(probe_id, link_codec.probe_message_bytes(probe_id, padding))
+
+
+Outgoing = pb.AgentMessage | bytes | _Probe  # bytes: an observation's AgentMessage, serialised
+
+
+def _is_observation(message: Outgoing) -> bool:
+    if isinstance(message, _Probe):
+        return False
     return isinstance(message, bytes) or message.HasField("observation")
 
 
-def _serialize(message: pb.AgentMessage | bytes) -> bytes:
-    return message if isinstance(message, bytes) else message.SerializeToString()
+def _serialize(message: Outgoing) -> bytes:
+    if isinstance(message, bytes):
+        return message
+    return message.data if isinstance(message, _Probe) else message.SerializeToString()
 
 
 def channel_options() -> list[tuple[str, int | str]]:
@@ -278,8 +298,8 @@ class LinkClient:
             if _is_observation(message):
                 with self._count_lock:
                     self._pending_observations -= 1
-            elif message.HasField("probe"):
-                self._probes_sent[message.probe.id] = (
+            elif isinstance(message, _Probe):
+                self._probes_sent[message.probe_id] = (
                     time.perf_counter()
                 )  # timed from the wire, not the queue
             await call.write(message)
@@ -323,8 +343,9 @@ class LinkClient:
 
     async def _probe_inline(self, call, size: int, early: list) -> float:
         probe_id = self._next_probe_id()
+        message = _probe(probe_id, size)
         started = time.perf_counter()
-        await call.write(pb.AgentMessage(probe=pb.LinkProbe(id=probe_id, padding=bytes(size))))
+        await call.write(message)
         while True:
             message = await asyncio.wait_for(call.read(), PROBE_TIMEOUT_S)
             if message is grpc.aio.EOF:
@@ -343,7 +364,7 @@ class LinkClient:
             for padding in (0, size):
                 probe_id = self._next_probe_id()
                 waiter = self._probe_waiters[probe_id] = loop.create_future()
-                outbox.put_nowait(pb.AgentMessage(probe=pb.LinkProbe(id=probe_id, padding=bytes(padding))))
+                outbox.put_nowait(_probe(probe_id, padding))
                 try:
                     times.append(await asyncio.wait_for(waiter, PROBE_TIMEOUT_S))
                 except asyncio.TimeoutError:

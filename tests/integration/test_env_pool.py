@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-from concurrent.futures import ThreadPoolExecutor
-
 import numpy as np
 import pytest
 
@@ -11,6 +9,7 @@ import sim_envs
 from protos import validate_observation
 from tests.integration.link_harness import start_agent, start_server, wait_until
 from trainer.server.env_pool import EnvPool
+from trainer.server.frame_decoder import CpuFrameDecoder
 from trainer.server.remote_env import RemoteRobotEnv
 
 pytestmark = pytest.mark.slow
@@ -27,7 +26,7 @@ def test_a_remote_robot_obeys_the_env_contract(tmp_path):
     agent = start_agent(server.server.port, tmp_path, robot_id="twin", driver=TWIN)
     try:
         wait_until(lambda: "twin" in server.server.sessions, what="the robot")
-        env = RemoteRobotEnv(server.server, server.loop, "twin", ThreadPoolExecutor(2))
+        env = RemoteRobotEnv(server.server, server.loop, "twin", CpuFrameDecoder(2))
         obs, info = env.reset(seed=1)
         validate_observation(env.spec, obs)
         assert info["source"] == "robot:twin"

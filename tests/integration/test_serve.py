@@ -317,6 +317,7 @@ def test_bad_serve_configs_fail_at_start_with_the_key():
         (["server.mode=teleport"], "server.mode must be one of"),
         (["server.mode=eval"], "needs eval.policy_path"),
         (["collect.policy=dance"], "collect.policy must be one of"),
+        (["server.frame_decode=tpu"], "server.frame_decode must be one of"),
         (["server.prot=1"], "server.prot"),
     ]:
         with pytest.raises(ConfigError, match=message):

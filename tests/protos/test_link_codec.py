@@ -211,3 +211,12 @@ def test_an_observation_message_put_together_from_raw_pixels_parses_as_the_one_b
         "side",
         "wrist",
     ]
+
+
+def test_a_probe_put_together_from_parts_parses_as_the_probe_it_names():
+    for padding in (0, 1, 300, link_codec.MAX_PROBE_BYTES):
+        message = pb.AgentMessage.FromString(link_codec.probe_message_bytes(41, padding))
+        assert message.WhichOneof("body") == "probe"
+        assert message.probe.id == 41 and message.probe.padding == bytes(padding)
+    with pytest.raises(ValueError, match="probe padding"):
+        link_codec.probe_message_bytes(1, link_codec.MAX_PROBE_BYTES + 1)

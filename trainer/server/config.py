@@ -7,6 +7,7 @@ from pathlib import Path
 
 from protos.lerobot_dataset import VideoFormat
 from trainer.configs.loader import ConfigError, load_structured
+from trainer.server.frame_decoder import FRAME_DECODE_DEVICES
 
 MODES = ("collect", "eval", "train", "dagger")
 COLLECT_POLICIES = ("random", "hold")
@@ -30,6 +31,7 @@ class ServerSection:
     health_requires_token: bool = False  # False: load balancers and probes may check health without one
     view: str = ""  # "rerun": show the live robots (cameras, state, actions) in rerun (the view extra)
     view_save: str = ""  # with view=rerun: write an .rrd file here instead of spawning the viewer
+    frame_decode: str = "auto"  # robots' JPEG frames: auto (GPU nvJPEG when there), cpu, cuda
 
 
 @dataclass
@@ -167,6 +169,10 @@ def load_serve_config(path: str | None, overrides: list[str] | None = None) -> S
     config = load_structured(ServeConfig, resolve_serve_config(path) if path else None, overrides)
     if config.server.mode not in MODES:
         raise ConfigError(f"server.mode must be one of {MODES}, got {config.server.mode!r}")
+    if config.server.frame_decode not in FRAME_DECODE_DEVICES:
+        raise ConfigError(
+            f"server.frame_decode must be one of {FRAME_DECODE_DEVICES}, got {config.server.frame_decode!r}"
+        )
     if config.server.mode == "train":
         training = training_config(config)
         if training.algorithm not in POOL_ALGORITHMS:

@@ -26,6 +26,7 @@ import numpy as np
 from protos.batch import ChunkResult, EpisodeSummary, VectorEnv, concat_obs, select_row, stack_obs
 from protos.env_spec import EnvSpec, spec_mismatch
 from trainer.env_mix import slot_sources
+from trainer.server.frame_decoder import make_frame_decoder
 from trainer.server.judged_episodes import JudgedEpisodes
 from trainer.server.link_server import LinkServer
 from trainer.server.remote_env import RemoteRobotEnv
@@ -54,7 +55,7 @@ class EnvPool:
         self, sim: VectorEnv, server: LinkServer | None = None, loop: asyncio.AbstractEventLoop | None = None,
         weights: dict[str, float] | None = None, step_timeout_s: float = 10.0, seed: int = 0,
         sim_recorder=None, rewards: Callable[[], RobotRewards] = EnvRewards,
-        judged: JudgedEpisodes | None = None,
+        judged: JudgedEpisodes | None = None, frame_decode: str = "auto",
     ) -> None:  # fmt: skip
         self.sim, self.server, self.loop = sim, server, loop
         self.spec: EnvSpec = sim.spec
@@ -70,7 +71,7 @@ class EnvPool:
         self.make_rewards = rewards  # one RobotRewards per robot slot (reward.source)
         self.judged = judged  # where the judged steps go to be recorded with the robot's frames
         self._sim_obs: dict[str, Any] | None = None
-        self.decoder = ThreadPoolExecutor(4, thread_name_prefix="frame-decode")
+        self.decoder = make_frame_decoder(frame_decode)  # robots' frames: GPU (nvJPEG) or CPU threads
         self.robot_threads = ThreadPoolExecutor(8, thread_name_prefix="robot-step")
         self.robots: list[_RobotSlot] = []
         self._refused: dict[str, str] = {}
@@ -297,4 +298,4 @@ class EnvPool:
                 self.judged.playing(slot.env.robot_id, False)
         self.sim.close()
         self.robot_threads.shutdown(wait=False, cancel_futures=True)
-        self.decoder.shutdown(wait=False)
+        self.decoder.close()

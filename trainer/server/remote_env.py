@@ -12,16 +12,15 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import numpy as np
 
-from protos import link_codec
 from protos import robot_link_pb2 as pb
 from protos.env_spec import EnvSpec
 from protos.validation import validate_action
 from trainer.server.episode_runner import ChunkOutcome, LiveEpisode
+from trainer.server.frame_decoder import FrameDecoder
 from trainer.server.link_server import LinkServer
 from trainer.server.session import RobotSession, RobotUnavailable
 
@@ -32,7 +31,7 @@ class RemoteRobotEnv:
     """One robot, by id. Synchronous API for the trainer's thread; talks to the server's loop."""
 
     def __init__(
-        self, server: LinkServer, loop: asyncio.AbstractEventLoop, robot_id: str, decoder: ThreadPoolExecutor,
+        self, server: LinkServer, loop: asyncio.AbstractEventLoop, robot_id: str, decoder: FrameDecoder,
         step_timeout_s: float = 10.0,
     ) -> None:  # fmt: skip
         self.server, self.loop, self.robot_id, self.decoder = server, loop, robot_id, decoder
@@ -94,13 +93,9 @@ class RemoteRobotEnv:
         return asyncio.run_coroutine_threadsafe(coro, self.loop).result(self.step_timeout_s + 35.0)
 
     def decode(self, observation: pb.Observation) -> dict[str, Any]:
-        """A wire observation as the env contract's dict; frames decoded on the decoder pool."""
-        futures = {
-            f.camera: self.decoder.submit(link_codec.decode_frame, f, self.spec.camera(f.camera))
-            for f in observation.frames
-        }
+        """A wire observation as the env contract's dict; frames decoded by the pool's decoder."""
         return {
-            "images": {name: future.result() for name, future in futures.items()},
+            "images": self.decoder.decode(observation.frames, self.spec),
             "state": np.asarray(observation.state, np.float32),
             "instruction": observation.instruction or self.spec.instruction,
         }

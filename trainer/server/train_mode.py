@@ -56,7 +56,8 @@ def train(config: ServeConfig, on_started=None):
                                               link.store_executor, config.data.video_format())  # fmt: skip
             rewards = reward_factory(config.reward, sim.spec)
             return EnvPool(sim, link, hosted.loop, weights, config.train.step_timeout_s, seed=cfg.run.seed,
-                           sim_recorder=recorder, rewards=rewards, judged=judged)  # fmt: skip
+                           sim_recorder=recorder, rewards=rewards, judged=judged,
+                           frame_decode=config.server.frame_decode)  # fmt: skip
 
         runner = Runner(training, resume_dir=resume, make_envs=make_envs)
         runner.resume_hint = "the same serve command with train.resume=true"
