@@ -41,6 +41,7 @@ from robot_agent.config import AgentConfig, LinkConfig
 from robot_agent.drivers.base import DriverCapabilities, DriverObservation, RobotDriver, StepOutcome
 from robot_agent.safety import ArmScaling
 from trainer.server.episodes import CountingEpisodeSink
+from trainer.server.frame_decoder import CpuFrameDecoder
 from trainer.server.link_server import LinkServer, LinkServerConfig
 
 HEIGHT, WIDTH, CHUNK = 480, 640, 50
@@ -137,10 +138,12 @@ async def serve_episodes(server: LinkServer, stop: asyncio.Event, decode: str = 
     """The trainer side: run episodes back to back, decoding each observation's frames before answering.
 
     ``decode="copy"``: into reused buffers on a 2-thread pool (what a policy server does with JPEG);
-    ``"view"``: arrays over the received bytes, no copy (what openpi's msgpack server gets)."""
+    ``"view"``: as serve's env pool decodes (``CpuFrameDecoder``): raw frames as arrays over the
+    received bytes, no copy (what openpi's msgpack server gets), JPEG two frames at once."""
     session = await server.wait_for_robot(timeout=60)
     loop = asyncio.get_running_loop()
     pool = ThreadPoolExecutor(2, thread_name_prefix="decode")
+    decoder = CpuFrameDecoder(2)
     buffers = {c.name: np.empty(c.shape, np.uint8) for c in session.spec.cameras}
     chunk = np.zeros((CHUNK, 7), np.float32)
     last = -1
@@ -156,7 +159,7 @@ async def serve_episodes(server: LinkServer, stop: asyncio.Event, decode: str = 
                 continue
             episode_id = obs.episode_id
             if decode == "view":
-                link_codec.decode_images(obs.frames, session.spec)
+                decoder.decode(obs.frames, session.spec)
             else:
                 await asyncio.gather(
                     *(
@@ -168,6 +171,7 @@ async def serve_episodes(server: LinkServer, stop: asyncio.Event, decode: str = 
                 )
             session.send_actions(chunk, obs.seq)
     pool.shutdown()
+    decoder.close()
 
 
 def serve_forever(port_file: Path, stats_file: Path, decode: str = "copy") -> None:
