@@ -241,8 +241,8 @@ def test_a_killed_agent_is_aborted_the_other_continues_and_its_spool_replays_onc
         wait_until(lambda: victim_session.stats.episodes_stored >= 1, timeout=60, what="a victim episode")
         # Well inside an episode (not at the boundary, where the newest step is the last one's end),
         # and a step past the 5 checked below: raw frames to this host go by the frame ring (the
-        # default codec, auto), and such a step is spooled just after it is sent, so a kill may
-        # take the newest one with it.
+        # default codec, auto), and such a step is spooled once the trainer has answered it, so a
+        # kill may take the newest one with it.
         wait_until(
             lambda: victim_session.latest is not None and 6 <= victim_session.latest.step <= 12,
             what="mid-episode",
