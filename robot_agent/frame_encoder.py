@@ -14,20 +14,11 @@ from protos import link_codec
 from protos import robot_link_pb2 as pb
 from protos.env_spec import EnvSpec
 from protos.frame_ring import FrameRingError, FrameRingWriter, address_is_local
+from protos.shared_work import map_sharing
 from robot_agent.codec_choice import CodecSelector, measure_costs
 
 log = logging.getLogger(__name__)
 REMEASURE_S = 30.0  # the options' costs are measured again on newer frames this often
-
-
-class _Done:
-    """A result already at hand, read like the pool's futures."""
-
-    def __init__(self, value) -> None:
-        self.value = value
-
-    def result(self):
-        return self.value
 
 
 class FrameEncoder:
@@ -76,13 +67,10 @@ class FrameEncoder:
                     pixels[name] = np.ascontiguousarray(image)
                 else:
                     to_encode.append((name, image, option.codec, option.quality, option.downscale))
-            # The pool takes all but the last, which this thread encodes meanwhile: a thread's wake-up
-            # costs about as much as a 640x480 JPEG here, so waiting for the pool to do it all is slower.
-            encoded = {job[0]: self.pool.submit(link_codec.encode_frame, *job) for job in to_encode[:-1]}
-            if to_encode:
-                encoded[to_encode[-1][0]] = _Done(link_codec.encode_frame(*to_encode[-1]))
+            encoded = dict(zip((job[0] for job in to_encode),
+                               map_sharing(self.pool, link_codec.encode_frame, to_encode)))  # fmt: skip
             frames = [
-                encoded[name].result() if name in encoded else
+                encoded[name] if name in encoded else
                 pb.Frame(camera=name, codec=pb.CODEC_RAW_RGB8, height=image.shape[0], width=image.shape[1])
                 for name, image in images.items()
             ]  # fmt: skip

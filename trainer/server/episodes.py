@@ -75,7 +75,9 @@ class CountingEpisodeSink:
     stored: set[tuple[str, str]] = field(default_factory=set)  # (robot_id, episode_id)
 
     def has(self, episode_id: str, robot_id: str | None = None) -> bool:
-        return any(e == episode_id and robot_id in (None, r) for r, e in list(self.stored))
+        if robot_id is not None:
+            return (robot_id, episode_id) in self.stored
+        return any(e == episode_id for _, e in list(self.stored))
 
     def store(self, episode: RobotEpisode) -> None:
         self.stored.add((episode.robot_id, episode.episode_id))

@@ -20,6 +20,7 @@ import numpy as np
 from protos import link_codec
 from protos import robot_link_pb2 as pb
 from protos.env_spec import EnvSpec
+from protos.shared_work import map_sharing
 
 log = logging.getLogger(__name__)
 FRAME_DECODE_DEVICES = ("auto", "cpu", "cuda")
@@ -40,9 +41,8 @@ class FrameDecoder(Protocol):
 
 
 class CpuFrameDecoder:
-    """libjpeg-turbo (simplejpeg), one frame per thread: the pool takes all frames but the last,
-    which the calling thread decodes meanwhile (a thread's wake-up costs about as much as decoding a
-    640x480 JPEG on a small machine); raw frames come back as views of the received bytes."""
+    """libjpeg-turbo (simplejpeg), a frame per thread, the calling thread's included
+    (``protos.shared_work``); raw frames come back as views of the received bytes."""
 
     device = "cpu"
 
@@ -51,13 +51,11 @@ class CpuFrameDecoder:
 
     def decode(self, frames, spec: EnvSpec) -> dict[str, np.ndarray]:
         link_codec.check_cameras(frames, spec)
-        frames = list(frames)
-        pooled = {
-            f.camera: self.pool.submit(link_codec.decode_frame, f, spec.camera(f.camera)) for f in frames[:-1]
+        calls = [(f, spec.camera(f.camera)) for f in frames]
+        return {
+            f.camera: image
+            for f, image in zip(frames, map_sharing(self.pool, link_codec.decode_frame, calls))
         }
-        out = {f.camera: link_codec.decode_frame(f, spec.camera(f.camera)) for f in frames[-1:]}
-        out.update((name, future.result()) for name, future in pooled.items())
-        return {f.camera: out[f.camera] for f in frames}
 
     def close(self) -> None:
         self.pool.shutdown(wait=False)
