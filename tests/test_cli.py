@@ -58,7 +58,7 @@ def test_rollout_plays_a_checkpoint_with_its_runs_env_config_and_any_tasks_exper
     from trainer.runner import Runner
 
     overrides = ["env.num_envs=2", "env.backend=inline", "policy.hidden_sizes=[16]", "run.total_env_steps=100",
-                 "run.eval_every=0", f"run.output_dir={tmp_path / 'run'}",
+                 "run.eval_every=0", "run.final_eval_episodes=0", f"run.output_dir={tmp_path / 'run'}",
                  "env.kwargs={cameras: [], action_rotation: false, max_episode_steps: 10}"]  # fmt: skip
     Runner(load_config("ppo_reach", overrides)).run()
     policy = latest_checkpoint(tmp_path / "run") / POLICY_DIR

@@ -10,6 +10,7 @@ from protos import validate_observation
 from tests.integration.link_harness import start_agent, start_server, wait_until
 from trainer.server.env_pool import EnvPool
 from trainer.server.frame_decoder import CpuFrameDecoder
+from trainer.server.judged_episodes import JudgedEpisodes
 from trainer.server.remote_env import RemoteRobotEnv
 
 pytestmark = pytest.mark.slow
@@ -203,3 +204,27 @@ def test_the_pool_mixes_a_sim_a_world_model_and_robots(tmp_path):
         agent.stop()
         server.stop()
         pool.close()
+
+
+def test_a_reset_before_any_step_closes_the_episode_it_ends_for_the_recorder(tmp_path):
+    # An iteration's start resets every env, also a robot whose episode has just started (after
+    # the last one ended): that episode must be closed for the recorder, which would otherwise wait
+    # for the pool to judge it, holding up the robot's stream behind the store (10 s in a run).
+    server = start_server()
+    sim = sim_envs.make_vector("rlinf/FrankaReach-v0", 1, backend="inline", **SIM)
+    judged = JudgedEpisodes("env", wait_s=0.0)  # take() answers at once: closed ({}) or not (None)
+    pool = EnvPool(sim, server.server, server.loop, judged=judged)
+    agent = start_agent(server.server.port, tmp_path, robot_id="twin", driver=TWIN)
+    try:
+        wait_until(lambda: "twin" in server.server.sessions, what="the robot")
+        assert pool.refresh() == ["twin"]
+        pool.reset(seed=1)
+        started = pool.robots[0].env.episode_id
+        assert started
+        pool.reset(seed=2)  # no step in between
+        assert pool.robots[0].env.episode_id != started
+        assert judged.take("twin", started) == {}  # closed, nothing judged: the agent's values stand
+    finally:
+        agent.stop()
+        pool.close()
+        server.stop()

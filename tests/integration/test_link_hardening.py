@@ -251,6 +251,35 @@ def test_one_robots_slow_store_does_not_hold_up_another_robots_episodes():
         served.stop()
 
 
+def test_a_robots_stream_reads_on_while_its_episode_is_stored_and_its_stores_stay_in_order():
+    # A video encode takes seconds: the robot's next episode (its STARTED event, its observations)
+    # must reach the trainer meanwhile, or a reset waits for the encode while the robot holds.
+    sink = GatedSink()
+    served = LinkServerThread(LinkServer(LinkServerConfig(host="127.0.0.1", port=0), sink=sink)).start()
+    try:
+        slow = RawClient(served.server.port).send(
+            register("slow"), *episode("s1"), *episode("s2", seq0=10), *episode("s3", seq0=20),
+            observation(30, 0, "s4"),
+        )  # fmt: skip
+        wait_until(lambda: "slow" in served.server.sessions, what="the slow robot")
+        session = served.server.sessions["slow"]
+        latest = lambda: session.latest.seq if session.latest is not None else -1  # noqa: E731
+        # The gate holds s1's store: s2's and s3's observations are still read. s3's end is a third
+        # store in flight, over the two allowed: s4 waits (back-pressure on this robot alone).
+        wait_until(lambda: latest() == 22, what="s3's observations")
+        time.sleep(0.3)
+        assert latest() == 22 and not any(r.HasField("ack") for r in slow.replies)
+        sink.gate.set()
+        wait_until(lambda: sum(1 for r in slow.replies if r.HasField("ack")) == 3, what="three acks")
+        wait_until(lambda: latest() == 30, what="s4's first observation")
+        assert [e.episode_id for e in sink.episodes] == ["s1", "s2", "s3"]
+        assert [r.ack.episode_id for r in slow.replies if r.HasField("ack")] == ["s1", "s2", "s3"]
+        slow.close()
+    finally:
+        sink.gate.set()
+        served.stop()
+
+
 def test_the_agent_holds_at_once_when_the_link_drops(tmp_path):
     served = start_server()
     agent = start_agent(served.server.port, tmp_path / "spool", driver={**SHORT, "control_hz": 10.0})

@@ -33,6 +33,7 @@ train:
     - policy.hidden_sizes=[32]
     - run.total_env_steps=240
     - run.eval_every=0
+    - run.final_eval_episodes=0
     - run.checkpoint_every=2
     - algo.num_minibatches=2
 """
@@ -52,6 +53,7 @@ train:
     - algo.batch_size=16
     - run.total_env_steps=64
     - run.eval_every=0
+    - run.final_eval_episodes=0
     - run.checkpoint_every=1
 """
 
@@ -331,6 +333,7 @@ train:
     - policy.chunk_size=2
     - run.total_env_steps=48
     - run.eval_every=0
+    - run.final_eval_episodes=0
     - run.checkpoint_every=1
     - algo.num_minibatches=2
     - algo.update_epochs=1

@@ -49,7 +49,7 @@ def test_bc_learns_to_reach_from_expert_episodes(tmp_path):
     _, baseline = untrained.play_greedy(venv, seed=run_seed_iteration0)
     venv.close()
     baseline_success = float(np.mean([e.success for e in baseline]))
-    config = load_config("bc", [f"algo.dataset={dataset}", "run.total_env_steps=960",
+    config = load_config("bc", [f"algo.dataset={dataset}", "run.total_env_steps=960", "run.final_eval_episodes=0",
                                 f"run.output_dir={tmp_path / 'run'}", "env.kwargs.max_episode_steps=40"])  # fmt: skip
     Runner(config).run()
     rows = [json.loads(line) for line in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]

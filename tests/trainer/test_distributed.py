@@ -19,7 +19,7 @@ pytestmark = pytest.mark.slow
 TINY = [
     "env.id=rlinf/FrankaReach-v0", "env.num_envs=4", "env.backend=inline",
     "env.kwargs={cameras: [], action_rotation: false, max_episode_steps: 10}", "policy.hidden_sizes=[32]",
-    "run.eval_every=0", "run.checkpoint_every=2", "algo.update_epochs=2", "algo.num_minibatches=2",
+    "run.eval_every=0", "run.final_eval_episodes=0", "run.checkpoint_every=2", "algo.update_epochs=2", "algo.num_minibatches=2",
 ]  # fmt: skip
 
 

@@ -24,7 +24,7 @@ pytestmark = pytest.mark.slow
 ENV = [
     "env.id=rlinf/FrankaReach-v0", "env.num_envs=4", "env.backend=inline",
     "env.kwargs={cameras: [], action_rotation: false, max_episode_steps: 10}", "policy.hidden_sizes=[32]",
-    "run.eval_every=0", "run.checkpoint_every=2",
+    "run.eval_every=0", "run.checkpoint_every=2", "run.final_eval_episodes=0",
 ]  # fmt: skip
 SAC = [*ENV, "algo.learning_starts=40", "algo.batch_size=32", "algo.critic_hidden=[32]", "algo.utd_ratio=0.5"]
 

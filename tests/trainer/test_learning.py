@@ -36,7 +36,14 @@ def random_baseline(env_id: str, kwargs: dict, episodes: int = 8) -> float:
 
 def train_and_evaluate(tmp_path, preset: str, overrides: list[str]) -> tuple[dict, float]:
     config = load_config(
-        preset, [f"run.output_dir={tmp_path}", "run.eval_every=0", "run.checkpoint_every=1000", *overrides]
+        preset,
+        [
+            f"run.output_dir={tmp_path}",
+            "run.eval_every=0",
+            "run.checkpoint_every=1000",
+            "run.final_eval_episodes=0",
+            *overrides,
+        ],
     )
     Runner(config).run()
     policy = load_policy(latest_checkpoint(tmp_path) / "policy")

@@ -58,7 +58,7 @@ def test_the_multinode_layout_runs_on_a_real_three_node_ray_cluster(tmp_path):
                   backend: inline
                   kwargs: {{cameras: [], action_rotation: false, max_episode_steps: 10}}
                 policy: {{hidden_sizes: [32]}}
-                run: {{total_env_steps: 80, eval_every: 0, checkpoint_every: 1, output_dir: "{tmp_path / "run"}"}}
+                run: {{total_env_steps: 80, eval_every: 0, final_eval_episodes: 0, checkpoint_every: 1, output_dir: "{tmp_path / "run"}"}}
                 algo: {{update_epochs: 1, num_minibatches: 2}}
                 cluster:
                   placement: hybrid

@@ -24,7 +24,7 @@ ENV = {
 }
 ENV_YAML = "env.kwargs={cameras: [front], image_height: 64, image_width: 64, action_rotation: false, max_episode_steps: 30}"
 VLA = ["policy.kind=vla", "policy.cameras=[front]", "env.id=rlinf/FrankaReach-v0", "env.num_envs=16",
-       "env.backend=inline", ENV_YAML, "run.eval_every=0", "run.video=false"]  # fmt: skip
+       "env.backend=inline", ENV_YAML, "run.eval_every=0", "run.video=false", "run.final_eval_episodes=0"]  # fmt: skip
 EVAL_SEED = 777
 
 

@@ -24,8 +24,8 @@ from protos.link_codec import JPEG_OVERHEAD_BYTES
 RECENT_OBSERVATIONS = 256
 # Episodes a robot may have open on the live stream at once (the next starts as one ends).
 LIVE_EPISODES = 2
-# Episodes of one robot handed to the store at once (its stream is not read meanwhile).
-STORES_IN_FLIGHT = 1
+# Episodes of one robot being stored at once while its stream reads on (past that, it waits).
+STORES_IN_FLIGHT = 2
 OBSERVATION_OVERHEAD_BYTES = 512  # the message object and its small fields
 
 

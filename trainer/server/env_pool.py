@@ -45,7 +45,7 @@ class _RobotSlot:
     episodes: int = 0
     rewards: RobotRewards = field(default_factory=EnvRewards)  # reward.source: judges each step
     last: JudgedStep = NOTHING_YET  # the newest judged step of the episode
-    episode_id: str = ""  # the robot episode being played ("" before its first step)
+    episode_id: str = ""  # the robot episode being played ("" before the first reset)
 
 
 class EnvPool:
@@ -191,6 +191,9 @@ class EnvPool:
             seed = self._robot_seed
         try:
             slot.obs = self._select(slot.env.reset(seed=seed)[0])
+            # Known from its first observation: a reset before any step (an iteration's start right
+            # after an episode ended) must close this episode too, or its recording waits for judging.
+            slot.episode_id = slot.env.episode_id
         except (RobotUnavailable, TimeoutError, asyncio.TimeoutError) as exc:
             log.warning("robot %s could not start an episode (%s); its slot sits out", slot.env.robot_id, exc)
             slot.obs = None

@@ -11,12 +11,17 @@ What is buffered is bounded by the spec: at most ``LIVE_EPISODES`` open episodes
 
 from __future__ import annotations
 
+import functools
+import threading
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Protocol
 
 from protos import robot_link_pb2 as pb
 from protos.env_spec import EnvSpec
 from trainer.server.admission import LIVE_EPISODES
+
+StoreCall = Callable[[], pb.Ack]  # writes one episode (on a store thread) and returns its ack
 
 
 @dataclass
@@ -87,66 +92,88 @@ class CountingEpisodeSink:
 
 
 class EpisodeAssembler:
-    """Collects one robot's episodes; returns the ack to send for each end event or finished upload."""
+    """Collects one robot's episodes; returns the ack to send for each end event or finished upload.
+    Observations come in on the link's loop while ends and uploads are stored on a store thread."""
 
     def __init__(self, robot_id: str, spec: EnvSpec, sink: EpisodeSink) -> None:
         self.robot_id, self.spec, self.sink = robot_id, spec, sink
         self._live: dict[str, dict[int, pb.Observation]] = {}
         self._uploads: dict[str, list[pb.Observation]] = {}
+        self._lock = threading.Lock()  # guards _live and _uploads
         self.stored = 0
         self.duplicates = 0
 
     def on_observation(self, obs: pb.Observation) -> None:
         if not obs.episode_id:
             return
-        if obs.episode_id not in self._live and len(self._live) >= LIVE_EPISODES:
-            # The oldest open episode never ended on the stream: its end will be INCOMPLETE and the
-            # agent uploads it from its spool.
-            del self._live[next(iter(self._live))]
-        self._live.setdefault(obs.episode_id, {})[obs.step] = obs  # a hold re-sends a step: newest wins
+        with self._lock:
+            if obs.episode_id not in self._live and len(self._live) >= LIVE_EPISODES:
+                # The oldest open episode never ended on the stream: its end will be INCOMPLETE and the
+                # agent uploads it from its spool.
+                del self._live[next(iter(self._live))]
+            self._live.setdefault(obs.episode_id, {})[obs.step] = obs  # a hold re-sends a step: newest wins
 
     def forget_partial(self) -> None:
         """Free the open episodes and uploads (the link dropped: the agent's spool resends them)."""
-        self._live.clear()
-        self._uploads.clear()
+        with self._lock:
+            self._live.clear()
+            self._uploads.clear()
 
-    def on_end(self, end: pb.EpisodeEvent) -> pb.Ack:
-        steps = self._live.pop(end.episode_id, {})
+    def end(self, end: pb.EpisodeEvent) -> StoreCall:
+        """Close an ended episode on the stream (its observations leave the live set now, so newer
+        episodes cannot push them out); the returned call stores it, on a store thread."""
         if end.num_steps > self.spec.max_episode_steps:
             raise ValueError(
                 f"episode {end.episode_id!r} ends after {end.num_steps} steps, over max_episode_steps"
             )
-        if self.sink.has(end.episode_id, self.robot_id):
-            self.duplicates += 1
-            return pb.Ack(episode_id=end.episode_id, status=pb.Ack.STORED)
+        with self._lock:
+            steps = self._live.pop(end.episode_id, {})
         if any(i not in steps for i in range(end.num_steps + 1)):
-            return pb.Ack(episode_id=end.episode_id, status=pb.Ack.INCOMPLETE)
-        return self._store([steps[i] for i in range(end.num_steps + 1)], end)
+            return functools.partial(self._unless_stored, end, None)
+        return functools.partial(self._unless_stored, end, [steps[i] for i in range(end.num_steps + 1)])
 
-    def on_upload(self, part: pb.EpisodeUpload) -> pb.Ack | None:
-        """Accumulate an upload; on its last part, store it and return the ack."""
-        if part.part == 0:
-            self._uploads.clear()  # one upload at a time; a restarted one starts over
-            self._uploads[part.episode_id] = []
-        buffer = self._uploads.get(part.episode_id)
-        if buffer is None:
-            raise ValueError(f"upload part {part.part} of episode {part.episode_id!r} without its part 0")
-        buffer.extend(part.observations)
-        if len(buffer) > self.spec.max_episode_steps + 1:
-            raise ValueError(f"upload of episode {part.episode_id!r} is longer than max_episode_steps + 1")
-        if not part.last:
-            return None
-        observations = self._uploads.pop(part.episode_id)
-        self._live.pop(part.episode_id, None)
-        if self.sink.has(part.episode_id, self.robot_id):
-            self.duplicates += 1
-            return pb.Ack(episode_id=part.episode_id, status=pb.Ack.STORED)
+    def upload(self, part: pb.EpisodeUpload) -> StoreCall | None:
+        """Add an upload part; on its last part, the call that stores the episode."""
+        with self._lock:
+            if part.part == 0:
+                self._uploads.clear()  # one upload at a time; a restarted one starts over
+                self._uploads[part.episode_id] = []
+            buffer = self._uploads.get(part.episode_id)
+            if buffer is None:
+                raise ValueError(f"upload part {part.part} of episode {part.episode_id!r} without its part 0")
+            buffer.extend(part.observations)
+            if len(buffer) > self.spec.max_episode_steps + 1:
+                raise ValueError(
+                    f"upload of episode {part.episode_id!r} is longer than max_episode_steps + 1"
+                )
+            if not part.last:
+                return None
+            observations = self._uploads.pop(part.episode_id)
+            self._live.pop(part.episode_id, None)
         steps = [o.step for o in observations]
         if steps != list(range(part.end.num_steps + 1)):
             raise ValueError(
                 f"upload of episode {part.episode_id!r} has steps {steps[:5]}... for {part.end.num_steps} transitions"
             )
-        return self._store(observations, part.end)
+        return functools.partial(self._unless_stored, part.end, observations)
+
+    def on_end(self, end: pb.EpisodeEvent) -> pb.Ack:
+        """:meth:`end` and its store at once: the ack."""
+        return self.end(end)()
+
+    def on_upload(self, part: pb.EpisodeUpload) -> pb.Ack | None:
+        """:meth:`upload` and, on the last part, its store: the ack."""
+        store = self.upload(part)
+        return store() if store is not None else None
+
+    def _unless_stored(self, end: pb.EpisodeEvent, observations: list[pb.Observation] | None) -> pb.Ack:
+        """Store the episode unless the sink has it (a resent one); ``None``: steps were missed."""
+        if self.sink.has(end.episode_id, self.robot_id):
+            self.duplicates += 1
+            return pb.Ack(episode_id=end.episode_id, status=pb.Ack.STORED)
+        if observations is None:
+            return pb.Ack(episode_id=end.episode_id, status=pb.Ack.INCOMPLETE)
+        return self._store(observations, end)
 
     def _store(self, observations: list[pb.Observation], end: pb.EpisodeEvent) -> pb.Ack:
         self.sink.store(RobotEpisode(self.robot_id, self.spec, observations, end))

@@ -6,13 +6,15 @@ memory budget, the dataset's features) and then keeps a :class:`RobotSession` th
 trainer uses to read observations and send actions and commands. Every message is checked against
 the spec as it arrives; a bad one ends that robot's stream with a status naming the field, and
 never touches another robot. Episodes are stored once each through an :class:`EpisodeSink`, on a
-pool of threads: a robot whose episode is being stored is not read meanwhile (back-pressure on that
-robot alone).
+pool of threads, while the robot's stream reads on (its next episode must not wait for a video
+encode); one robot's stores run in order, each acknowledged once written, and a robot with
+``STORES_IN_FLIGHT`` stores pending is not read until one is done (back-pressure on that robot alone).
 """
 
 from __future__ import annotations
 
 import asyncio
+import collections
 import logging
 import threading
 from collections.abc import Awaitable, Callable
@@ -30,7 +32,7 @@ from protos import robot_link_pb2 as pb
 from protos import robot_link_pb2_grpc as pb_grpc
 from trainer.server import admission
 from trainer.server.auth import ServerAuthConfig, TokenGate
-from trainer.server.episodes import EpisodeAssembler, EpisodeSink, MemoryEpisodeSink
+from trainer.server.episodes import EpisodeAssembler, EpisodeSink, MemoryEpisodeSink, StoreCall
 from trainer.server.session import ObservationListener, RobotSession
 
 log = logging.getLogger(__name__)
@@ -80,9 +82,10 @@ class LinkServer:
         self._server: grpc.aio.Server | None = None
         self._session_added = asyncio.Condition()
         self._tasks: set[asyncio.Task] = set()
-        # Episodes are stored (decoded, encoded, written) off the event loop; one robot's in order
-        # (its stream waits for its store), several robots' at once.
+        # Episodes are stored (decoded, encoded, written) off the event loop and off the robot's
+        # stream; one robot's in order, several robots' at once.
         self.store_executor = ThreadPoolExecutor(STORE_THREADS, thread_name_prefix="episode-store")
+        self._stores: dict[str, collections.deque[asyncio.Task]] = {}  # robot id -> its pending stores
 
     async def start(self) -> int:
         """Bind and start serving; returns the bound port (useful with ``port=0``)."""
@@ -133,6 +136,44 @@ class LinkServer:
             await self._server.stop(grace)
         for session in list(self.sessions.values()):
             await session.close()
+        pending = [task for tasks in self._stores.values() for task in tasks]
+        if grace is not None and pending:  # a graceful stop writes the episodes that have ended
+            await asyncio.wait(pending)
+
+    async def store_behind(self, session: RobotSession, store: StoreCall) -> None:
+        """Run ``store`` (it writes one episode) on a store thread after this robot's earlier stores,
+        then send its ack; returns once it is queued, waiting first while the robot has
+        ``STORES_IN_FLIGHT`` pending. A store that fails ends the robot's stream."""
+        pending = self._stores.setdefault(session.robot_id, collections.deque())
+        while len(pending) >= admission.STORES_IN_FLIGHT:
+            await asyncio.wait([pending[0]])
+        task = asyncio.ensure_future(self._store_after(pending[-1] if pending else None, session, store))
+        pending.append(task)
+        task.add_done_callback(pending.remove)
+
+    async def _store_after(
+        self, previous: asyncio.Task | None, session: RobotSession, store: StoreCall
+    ) -> None:
+        if previous is not None:
+            await asyncio.wait([previous])
+        try:
+            ack = await asyncio.get_running_loop().run_in_executor(self.store_executor, store)
+        except (link_codec.LinkCodecError, ValueError) as exc:
+            log.warning("robot %s sent a bad episode: %s", session.robot_id, exc)
+            session.close_status = (grpc.StatusCode.INVALID_ARGUMENT, f"robot {session.robot_id!r}: {exc}")
+            await session.close()
+            return
+        except Exception as exc:
+            log.exception("robot %s: storing an episode failed", session.robot_id)
+            session.close_status = (grpc.StatusCode.INTERNAL, f"trainer failed to store an episode: {exc}")
+            await session.close()
+            return
+        if ack is None:
+            return
+        if ack.status == pb.Ack.STORED:
+            session.stats.episodes_stored += 1
+        if session.state != "disconnected":
+            session.send_raw(pb.TrainerMessage(ack=ack))
 
     async def wait_for_robot(self, robot_id: str | None = None, timeout: float | None = None) -> RobotSession:
         """The live session of ``robot_id`` (or of any robot), waiting until one registers."""
@@ -361,13 +402,13 @@ class _Servicer(pb_grpc.RobotLinkServicer):
             event = message.episode_event
             session.events.put_nowait(event)
             if event.kind in (pb.EpisodeEvent.ENDED, pb.EpisodeEvent.ABORTED):
-                self._ack(session, await self._stored(assembler.on_end, event))
+                await self.server.store_behind(session, assembler.end(event))
         elif body == "episode_upload":
             for observation in message.episode_upload.observations:
                 link_codec.check_observation(observation, session.spec)
-            ack = await self._stored(assembler.on_upload, message.episode_upload)
-            if ack is not None:
-                self._ack(session, ack)
+            store = assembler.upload(message.episode_upload)
+            if store is not None:
+                await self.server.store_behind(session, store)
         elif body == "probe":
             session.echo_probe(message.probe)
         elif body == "error":
@@ -376,17 +417,6 @@ class _Servicer(pb_grpc.RobotLinkServicer):
             log.warning("robot %s: %s", session.robot_id, session.stats.last_error)
         else:
             raise ValueError(f"unexpected message {body!r} after registration")
-
-    async def _stored(self, store, message):
-        """Run an assembler step that may write an episode, on the store thread; the ack follows it."""
-        return await asyncio.get_running_loop().run_in_executor(self.server.store_executor, store, message)
-
-    @staticmethod
-    def _ack(session: RobotSession, ack: pb.Ack) -> None:
-        if ack.status == pb.Ack.STORED:
-            session.stats.episodes_stored += 1
-        if session.state != "disconnected":
-            session.send_raw(pb.TrainerMessage(ack=ack))
 
 
 def _certificate_names(context) -> list[str]:

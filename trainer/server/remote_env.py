@@ -57,6 +57,11 @@ class RemoteRobotEnv:
             return False
         return True
 
+    @property
+    def episode_id(self) -> str:
+        """The episode the robot is playing for this env ("" before the first reset)."""
+        return self._episode.episode_id if self._episode is not None else ""
+
     # -- env contract ---------------------------------------------------------------------------
     def reset(self, seed: int | None = None) -> tuple[dict[str, Any], dict[str, Any]]:
         self._episode = LiveEpisode(self._session(), self.step_timeout_s)
