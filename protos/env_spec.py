@@ -159,6 +159,10 @@ class EnvSpec:
             start += f.size
         return slices
 
+    def state_names(self) -> list[str]:
+        """A name per state dimension: ``tcp_pos.0``, ``tcp_pos.1`` ... (a 1-D field keeps its name)."""
+        return [f.name if f.size == 1 else f"{f.name}.{i}" for f in self.state_fields for i in range(f.size)]
+
     def to_dict(self) -> dict[str, Any]:
         """Plain-data form (JSON / protobuf friendly)."""
         return {

@@ -32,9 +32,13 @@ def robot_type(spec: EnvSpec) -> str:
 
 def vector_names(spec: EnvSpec) -> dict[str, list[str]]:
     """A name per dimension of each vector feature: ``tcp_pos.0`` ... for the state, the action's names."""
-    state = [f.name if f.size == 1 else f"{f.name}.{i}" for f in spec.state_fields for i in range(f.size)]
     action = list(spec.action.names)
-    return {"observation.state": state, "action": action, POLICY_ACTION: action, HUMAN_ACTION: action}
+    return {
+        "observation.state": spec.state_names(),
+        "action": action,
+        POLICY_ACTION: action,
+        HUMAN_ACTION: action,
+    }
 
 
 SCALARS = ("next.reward", "next.done", "next.success", "intervention")

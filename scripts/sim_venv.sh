@@ -39,7 +39,8 @@ if [ ! -x "$VENV/bin/python" ]; then
   "$PYTHON" -m venv "$VENV"
 fi
 [ "$SUITE" = maniskill ] && bash scripts/install_torch.sh "$VENV"  # before mani-skill pulls a CUDA build
-# The package itself, with the sim extra and the suite's: the workers import sim_envs from here.
-"$VENV/bin/python" -m pip install --disable-pip-version-check -q -e ".[sim,$SUITE]" 2>&1 | grep -v "^WARNING: Location" || true
+# The package itself, with the sim extra and the suite's: the workers import sim_envs from here;
+# record: `rlinf-trainer demos --python $VENV/bin/python` writes the suite's scripted demos from here.
+"$VENV/bin/python" -m pip install --disable-pip-version-check -q -e ".[sim,record,$SUITE]" 2>&1 | grep -v "^WARNING: Location" || true
 "$VENV/bin/python" -c "import sim_envs; $CHECK" # fails loudly if the install did not work
 echo "[sim_venv] done: $VENV"

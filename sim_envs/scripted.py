@@ -164,6 +164,13 @@ def scripted_policy(spec: EnvSpec):
     return SCRIPTED_POLICIES[task](spec)
 
 
+def expert_for(env):
+    """The env's scripted expert: the suite's own where it ships one (``env.scripted_expert()``,
+    e.g. MetaWorld's policies), else ours for the Franka tasks, which read the privileged state."""
+    own = getattr(env, "scripted_expert", None)
+    return own() if own is not None else scripted_policy(env.privileged_spec())
+
+
 @dataclass
 class ExpertEpisode:
     """One scripted episode as the policy saw it: its observations and the expert's actions."""
@@ -178,14 +185,14 @@ class ExpertEpisode:
 
 
 def play_expert(env, seed: int, action_noise: float = 0.0) -> ExpertEpisode:
-    """Run the scripted controller for one episode of a ``FrankaEnv`` from ``reset(seed)``. The expert
+    """Run the env's scripted expert (:func:`expert_for`) for one episode from ``reset(seed)``. The expert
     reads the privileged state (e.g. the goal) even when the env does not show it to the policy.
 
     ``action_noise`` > 0 (DART, Laskey et al. 2017): the env carries out the expert's action plus
     Gaussian noise of that standard deviation (in the action's [-1, 1] units; the gripper is left
     alone), while the episode records the expert's own action as the label. The demos then show how
     to come back from the small drifts a cloned policy makes, which clean demos never visit."""
-    expert = scripted_policy(env.privileged_spec())
+    expert = expert_for(env)
     rng = np.random.default_rng(seed)
     low, high = np.asarray(env.env_spec.action.low), np.asarray(env.env_spec.action.high)
     obs, _ = env.reset(seed=seed)

@@ -112,7 +112,7 @@ def _serve(args: argparse.Namespace) -> int:
 def _demos(args: argparse.Namespace) -> int:
     import yaml
 
-    from trainer.expert_demos import DemoConfig, record_expert_demos
+    from trainer.expert_demos import DemoConfig, record_expert_demos, record_expert_demos_in
 
     kwargs = yaml.safe_load(args.env_kwargs) if args.env_kwargs else {}
     if not isinstance(kwargs, dict):
@@ -121,9 +121,10 @@ def _demos(args: argparse.Namespace) -> int:
         )
     if args.action_noise < 0:
         raise ValueError(f"--action-noise must be >= 0, got {args.action_noise}")
-    summary = record_expert_demos(
-        DemoConfig(args.env, args.episodes, args.out, args.seed, True, kwargs, args.action_noise)
-    )
+    config = DemoConfig(args.env, args.episodes, args.out, args.seed, True, kwargs, args.action_noise)
+    if args.python:
+        return record_expert_demos_in(args.python, config)
+    summary = record_expert_demos(config)
     print(
         f"{summary.written} episodes ({summary.frames} frames) of {summary.played} played -> {summary.root}"
     )
@@ -199,6 +200,11 @@ def build_parser() -> argparse.ArgumentParser:
         "--env-kwargs",
         default="",
         help="YAML mapping of env config keys, e.g. '{cameras: [front], privileged_state: false}'",
+    )
+    demos.add_argument(
+        "--python",
+        default="",
+        help="record in this interpreter: a suite's own venv, e.g. .venv-metaworld/bin/python",
     )
     demos.set_defaults(func=_demos)
 

@@ -49,7 +49,7 @@ def run_rollout(
     import sim_envs
     from protos.batch import stack_obs
     from protos.env_spec import spec_mismatch
-    from sim_envs.scripted import scripted_policy
+    from sim_envs.scripted import expert_for
 
     loaded, kwargs = None, {"cameras": ("front",), "image_height": 128, "image_width": 128}
     if policy not in FIXED_POLICIES:
@@ -62,7 +62,7 @@ def run_rollout(
         problem = spec_mismatch(loaded.spec, env.env_spec, f"the policy at {policy}")
         if problem:
             raise ValueError(problem)
-    scripted = scripted_policy(env.privileged_spec()) if policy == "scripted" else None
+    scripted = expert_for(env) if policy == "scripted" else None
     rng = np.random.default_rng(seed)
     out_dir.mkdir(parents=True, exist_ok=True)
     frames, returns, successes = [], [], []

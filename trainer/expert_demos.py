@@ -1,14 +1,19 @@
 """Scripted-expert episodes of a sim task written as a LeRobot v3 dataset: the demos that behaviour
 cloning and VLA SFT start from (``rlinf-trainer demos``).
 
-Each episode is played by the task's scripted controller from ``reset(seed)``; the dataset keeps what
+Each episode is played by the task's scripted expert from ``reset(seed)`` (ours for the Franka tasks,
+the suite's own where it ships one: MetaWorld); the dataset keeps what
 the *policy* would see (the env's configured cameras and state, privileged or not), the expert's
 actions, rewards and success, and the episode's own instruction as its task text.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+import json
+import os
+import subprocess
+import sys
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -43,7 +48,6 @@ def record_expert_demos(config: DemoConfig, progress: bool = True) -> DemoSummar
     from tqdm import tqdm
 
     import sim_envs
-    from protos.episode_frames import vector_names
     from protos.lerobot_dataset import EpisodeFrames, LeRobotWriter, VideoFormat
     from sim_envs.scripted import play_expert
 
@@ -77,11 +81,7 @@ def record_expert_demos(config: DemoConfig, progress: bool = True) -> DemoSummar
                             "next.success": episode.successes,
                         },
                         extra={"success": bool(episode.success)},
-                        names={
-                            k: v
-                            for k, v in vector_names(spec).items()
-                            if k in ("observation.state", "action")
-                        },
+                        names={"observation.state": spec.state_names(), "action": list(spec.action.names)},
                     )
                 )
                 written += 1
@@ -90,3 +90,32 @@ def record_expert_demos(config: DemoConfig, progress: bool = True) -> DemoSummar
     finally:
         env.close()
     return DemoSummary(written, played, frames, Path(config.root))
+
+
+def record_expert_demos_in(python: str, config: DemoConfig) -> int:
+    """:func:`record_expert_demos` in another interpreter, a suite's own venv (MetaWorld pins its
+    MuJoCo: ``.venv-metaworld/bin/python``); its progress and summary print here. The exit code."""
+    if not os.access(python, os.X_OK):
+        raise ValueError(
+            f"--python {python!r} is not an executable (a suite's venv: scripts/sim_venv.sh SUITE)"
+        )
+    return subprocess.run([python, "-m", "trainer.expert_demos", json.dumps(asdict(config))]).returncode
+
+
+def main(argv: list[str] | None = None) -> int:
+    """``python -m trainer.expert_demos '<DemoConfig as JSON>'``: the recorder that
+    ``rlinf-trainer demos --python`` starts (no YAML or CLI parsing in a suite's venv)."""
+    try:
+        config = DemoConfig(**json.loads((argv or sys.argv[1:])[0]))
+        summary = record_expert_demos(config)
+    except (ValueError, RuntimeError) as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    print(
+        f"{summary.written} episodes ({summary.frames} frames) of {summary.played} played -> {summary.root}"
+    )
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

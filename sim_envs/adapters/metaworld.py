@@ -64,6 +64,25 @@ def import_metaworld():
     return metaworld
 
 
+class MetaWorldExpert:
+    """MetaWorld's own scripted policy for a task (``metaworld.policies``), behind our experts'
+    ``reset`` / ``act({"state": ...})``: it reads the 39-dim state, goal included."""
+
+    def __init__(self, task: str) -> None:
+        from metaworld.policies import ENV_POLICY_MAP
+
+        if task not in ENV_POLICY_MAP:
+            raise AdapterError(f"{ENV_ID}: MetaWorld ships no scripted policy for {task!r}")
+        self.policy = ENV_POLICY_MAP[task]()
+
+    def reset(self) -> None:
+        pass  # MetaWorld's policies keep no state between steps
+
+    def act(self, obs: dict[str, Any]) -> np.ndarray:
+        action = self.policy.get_action(np.asarray(obs["state"], np.float64))
+        return np.clip(action, -1.0, 1.0).astype(np.float32)
+
+
 def instruction_of(task: str) -> str:
     """'pick-place-v3' -> 'pick place'."""
     return task.rsplit("-v", 1)[0].replace("-", " ")
@@ -131,7 +150,16 @@ class MetaWorldEnv(gym.Env):
         renderer.update_scene(self.env.data, camera=camera)
         return renderer.render()
 
+    def scripted_expert(self) -> MetaWorldExpert:
+        """The task's scripted policy, as MetaWorld ships it (``rlinf-trainer demos`` plays it)."""
+        return MetaWorldExpert(self.task)
+
+    def privileged_state(self) -> np.ndarray:
+        """What the expert reads: the full state (the policy sees the same)."""
+        return self._raw
+
     def _observation(self, raw: np.ndarray) -> dict[str, Any]:
+        self._raw = np.asarray(raw, np.float32)
         return {
             "images": {c: self._render(c, self.image_size) for c in self.cameras},
             "state": np.asarray(raw, np.float32),
