@@ -12,9 +12,12 @@ sim-twin``; the link is measured in ``link_latency.py``). State policy, 3-D end-
    here, on data, not on trial and error), recorded as a LeRobot v3 dataset.
 3. **World model** (``rlinf-trainer train --config world_model``) fitted to the demos + that data;
    its held-out 1/5/20-step open-loop errors against copying the last state.
-4. **Post-training**: PPO from the BC policy inside ``rlinf/WorldModel-v0`` for ``--steps`` imagined
-   steps; the comparison arm spends the same env steps on PPO from the BC policy in the *nominal*
-   sim (what one would do without a model of the robot).
+4. **Post-training**: ``--candidates`` PPO runs (seeds differ) from the BC policy inside
+   ``rlinf/WorldModel-v0``, ``--steps`` imagined steps each; the model scores each candidate and the
+   BC start by greedy imagined success from recorded starts (halted = failed) and the best is
+   deployed, the BC start if none beats it: choosing costs no robot time. The comparison arm
+   spends ``--steps`` env steps on PPO from the BC policy in the *nominal* sim (what one would do
+   without a model of the robot).
 5. Each policy, greedy, on ``--eval-episodes`` twin episodes (fixed seeds, the same for all).
 
 Reported per seed: twin success of BC, WM post-trained and sim post-trained; imagined env steps/s
@@ -40,6 +43,7 @@ RESULTS = Path(__file__).with_name("results")
 ENV_ID = "rlinf/FrankaPickLift-v0"
 POLICY_KWARGS = {"cameras": [], "privileged_state": True, "action_rotation": False}
 EVAL_SEED = 30_000_000  # twin evaluation episodes start here (away from demo and training seeds)
+IMAGINED_EVAL_SEED = 40_000_000  # the world model's own scoring of candidate policies
 
 
 def flow(kwargs: dict) -> str:
@@ -157,6 +161,19 @@ def twin_success(policy_dir: Path, episodes: int, twin: dict) -> float:
     return float(np.mean([e.success for e in finished[:episodes]]))
 
 
+def imagined_success(policy_dir: Path, checkpoint: Path, episodes: int, halt_multiple: float) -> float:
+    """Greedy success inside the world model from ``episodes`` recorded starts (an episode halted
+    off the data counts as a failure): the model's estimate, which needs no robot."""
+    from policies import load_policy
+    from policies.world_model.env import WorldModelVectorEnv
+    from trainer.algorithms.common import play_greedy
+
+    venv = WorldModelVectorEnv(str(checkpoint), episodes, max_episode_steps=80, halt_multiple=halt_multiple)
+    _, finished = play_greedy(venv, load_policy(policy_dir), IMAGINED_EVAL_SEED)
+    first = {e.env_index: e for e in reversed(finished)}  # each env's first episode
+    return float(np.mean([e.success for e in first.values()]))
+
+
 def env_rate(make, steps: int = 4000) -> float:
     """Env steps/s of a vector env under random actions (no policy, no learning)."""
     venv = make()
@@ -197,19 +214,34 @@ def run_seed(seed: int, args, twin: dict, work: Path) -> dict:
                           "train_wall_s": round(time.monotonic() - tick, 1)}  # fmt: skip
     checkpoint = work / "wm" / "world_model"
 
-    ppo = [f"policy.init_from={bc}", f"run.total_env_steps={args.steps}", f"run.seed={seed}",
+    ppo = [f"policy.init_from={bc}", f"run.total_env_steps={args.steps}",
            "run.final_eval_episodes=0", "env.num_envs=32", f"algo.critic_warmup_updates={args.critic_warmup}",
            f"algo.learning_rate={args.ppo_lr}"]  # fmt: skip
-    tick = time.monotonic()
-    wm_policy = run_training("ppo_world_model", work / "ppo_wm", [
-        *ppo, f"env.kwargs.checkpoint={checkpoint}",
-        f"env.kwargs.halt_multiple={args.halt_multiple}", f"env.kwargs.start_from={args.start_from}",
-        f"env.kwargs.max_episode_steps={args.imagined_steps}", f"env.kwargs.reward_type={args.wm_reward}",
-        f"env.kwargs.halt_penalty={args.halt_penalty}"])  # fmt: skip
-    row["wm_ppo_wall_s"] = round(time.monotonic() - tick, 1)
+    # Post-training: --candidates PPO runs in the model (PPO seeds differ); the model scores each and
+    # the BC start, greedy from recorded starts, and the best is deployed (the BC start if no run
+    # beats it in imagination). Picking needs no robot episode; the twin scores every candidate
+    # only for this report.
+    tick, candidates = time.monotonic(), []
+    for k in range(args.candidates):
+        candidates.append(run_training("ppo_world_model", work / f"ppo_wm_{k}", [
+            *ppo, f"run.seed={1000 * seed + k}", f"env.kwargs.checkpoint={checkpoint}",
+            f"env.kwargs.halt_multiple={args.halt_multiple}", f"env.kwargs.start_from={args.start_from}",
+            f"env.kwargs.max_episode_steps={args.imagined_steps}", f"env.kwargs.reward_type={args.wm_reward}",
+            f"env.kwargs.halt_penalty={args.halt_penalty}"]))  # fmt: skip
+    row["wm_ppo_wall_s"] = round((time.monotonic() - tick) / args.candidates, 1)
+    imagined = [
+        imagined_success(p, checkpoint, args.imagined_episodes, args.halt_multiple) for p in [bc, *candidates]
+    ]
+    pick = int(np.argmax(imagined))  # ties keep the earlier one: the BC start first
+    row["wm_candidates"] = [
+        {"policy": "bc" if i == 0 else f"ppo_{i - 1}", "imagined_success": imagined[i],
+         "twin_success": row["bc_twin_success"] if i == 0 else twin_success(p, args.eval_episodes, twin)}
+        for i, p in enumerate([bc, *candidates])
+    ]  # fmt: skip
+    row["wm_picked"] = row["wm_candidates"][pick]["policy"]
     tick = time.monotonic()
     sim_policy = run_training("ppo_pick_lift", work / "ppo_sim", [
-        *ppo, f"env.kwargs={flow(POLICY_KWARGS)}"])  # fmt: skip
+        *ppo, f"run.seed={seed}", f"env.kwargs={flow(POLICY_KWARGS)}"])  # fmt: skip
     row["sim_ppo_wall_s"] = round(time.monotonic() - tick, 1)
     row["imagined_steps_per_s_ppo"] = round(args.steps / row["wm_ppo_wall_s"], 1)
     row["sim_steps_per_s_ppo"] = round(args.steps / row["sim_ppo_wall_s"], 1)
@@ -219,7 +251,7 @@ def run_seed(seed: int, args, twin: dict, work: Path) -> dict:
     row["sim_env_steps_per_s"] = round(
         env_rate(lambda: make_vector(ENV_ID, 32, backend="subprocess", num_workers=2, **POLICY_KWARGS)), 1
     )
-    row["wm_twin_success"] = twin_success(wm_policy, args.eval_episodes, twin)
+    row["wm_twin_success"] = row["wm_candidates"][pick]["twin_success"]
     row["sim_twin_success"] = twin_success(sim_policy, args.eval_episodes, twin)
     row["wm_points_over_bc"] = round(100 * (row["wm_twin_success"] - row["bc_twin_success"]), 1)
     print(f"seed {seed}: twin success BC {row['bc_twin_success']:.2f} -> world model "
@@ -236,6 +268,10 @@ def summarise(rows: list[dict]) -> dict:
         "wm_twin_success_median": median("wm_twin_success"),
         "sim_twin_success_median": median("sim_twin_success"),
         "wm_points_over_bc_median": median("wm_points_over_bc"),
+        # Without the model's pick: the first PPO run, as one run would have deployed it.
+        "wm_single_run_points_over_bc_median": float(
+            np.median([100 * (r["wm_candidates"][1]["twin_success"] - r["bc_twin_success"]) for r in rows])
+        ),
         "target_points": 20,
         "imagined_over_sim_env_rate": round(
             median("imagined_env_steps_per_s") / median("sim_env_steps_per_s"), 2
@@ -296,7 +332,13 @@ def main() -> int:
     parser.add_argument(
         "--imagined-steps", type=int, default=80, help="imagined episode length (max; the task's is 80)"
     )
-    parser.add_argument("--steps", type=int, default=100_000, help="PPO env steps, each arm")
+    parser.add_argument("--steps", type=int, default=100_000, help="PPO env steps, each arm (each candidate)")
+    parser.add_argument(
+        "--candidates", type=int, default=4, help="PPO runs in the world model; the model picks one"
+    )
+    parser.add_argument(
+        "--imagined-episodes", type=int, default=64, help="imagined greedy episodes scoring each candidate"
+    )
     parser.add_argument(
         "--ppo-lr",
         type=float,

@@ -317,11 +317,12 @@ def decode_frame(
 def _decode_data(frame: pb.Frame, height: int, width: int, out: np.ndarray | None) -> np.ndarray:
     """The frame's data as ``uint8[height, width, 3]`` (a view of the bytes for raw frames)."""
     if frame.codec == pb.CODEC_RAW_RGB8:
-        if len(frame.data) != height * width * 3:
+        data = frame.data  # a copy on every read (upb): read a megabyte once
+        if len(data) != height * width * 3:
             raise LinkCodecError(
-                f"camera {frame.camera!r}: raw frame has {len(frame.data)} bytes, expected {height * width * 3}"
+                f"camera {frame.camera!r}: raw frame has {len(data)} bytes, expected {height * width * 3}"
             )
-        return np.frombuffer(frame.data, dtype=np.uint8).reshape(height, width, 3)
+        return np.frombuffer(data, dtype=np.uint8).reshape(height, width, 3)
     if frame.codec == pb.CODEC_JPEG:
         try:
             h, w, _, _ = simplejpeg.decode_jpeg_header(frame.data)
