@@ -12,7 +12,6 @@ What is buffered is bounded by the spec: at most ``LIVE_EPISODES`` open episodes
 from __future__ import annotations
 
 import functools
-import threading
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Protocol
@@ -92,32 +91,29 @@ class CountingEpisodeSink:
 
 
 class EpisodeAssembler:
-    """Collects one robot's episodes; returns the ack to send for each end event or finished upload.
-    Observations come in on the link's loop while ends and uploads are stored on a store thread."""
+    """Collects one robot's episodes. Its bookkeeping runs on the link's loop; for each end event or
+    finished upload it returns the call that stores the episode (on a store thread) and gives the ack."""
 
     def __init__(self, robot_id: str, spec: EnvSpec, sink: EpisodeSink) -> None:
         self.robot_id, self.spec, self.sink = robot_id, spec, sink
         self._live: dict[str, dict[int, pb.Observation]] = {}
         self._uploads: dict[str, list[pb.Observation]] = {}
-        self._lock = threading.Lock()  # guards _live and _uploads
         self.stored = 0
         self.duplicates = 0
 
     def on_observation(self, obs: pb.Observation) -> None:
         if not obs.episode_id:
             return
-        with self._lock:
-            if obs.episode_id not in self._live and len(self._live) >= LIVE_EPISODES:
-                # The oldest open episode never ended on the stream: its end will be INCOMPLETE and the
-                # agent uploads it from its spool.
-                del self._live[next(iter(self._live))]
-            self._live.setdefault(obs.episode_id, {})[obs.step] = obs  # a hold re-sends a step: newest wins
+        if obs.episode_id not in self._live and len(self._live) >= LIVE_EPISODES:
+            # The oldest open episode never ended on the stream: its end will be INCOMPLETE and the
+            # agent uploads it from its spool.
+            del self._live[next(iter(self._live))]
+        self._live.setdefault(obs.episode_id, {})[obs.step] = obs  # a hold re-sends a step: newest wins
 
     def forget_partial(self) -> None:
         """Free the open episodes and uploads (the link dropped: the agent's spool resends them)."""
-        with self._lock:
-            self._live.clear()
-            self._uploads.clear()
+        self._live.clear()
+        self._uploads.clear()
 
     def end(self, end: pb.EpisodeEvent) -> StoreCall:
         """Close an ended episode on the stream (its observations leave the live set now, so newer
@@ -126,30 +122,26 @@ class EpisodeAssembler:
             raise ValueError(
                 f"episode {end.episode_id!r} ends after {end.num_steps} steps, over max_episode_steps"
             )
-        with self._lock:
-            steps = self._live.pop(end.episode_id, {})
+        steps = self._live.pop(end.episode_id, {})
         if any(i not in steps for i in range(end.num_steps + 1)):
             return functools.partial(self._unless_stored, end, None)
         return functools.partial(self._unless_stored, end, [steps[i] for i in range(end.num_steps + 1)])
 
     def upload(self, part: pb.EpisodeUpload) -> StoreCall | None:
         """Add an upload part; on its last part, the call that stores the episode."""
-        with self._lock:
-            if part.part == 0:
-                self._uploads.clear()  # one upload at a time; a restarted one starts over
-                self._uploads[part.episode_id] = []
-            buffer = self._uploads.get(part.episode_id)
-            if buffer is None:
-                raise ValueError(f"upload part {part.part} of episode {part.episode_id!r} without its part 0")
-            buffer.extend(part.observations)
-            if len(buffer) > self.spec.max_episode_steps + 1:
-                raise ValueError(
-                    f"upload of episode {part.episode_id!r} is longer than max_episode_steps + 1"
-                )
-            if not part.last:
-                return None
-            observations = self._uploads.pop(part.episode_id)
-            self._live.pop(part.episode_id, None)
+        if part.part == 0:
+            self._uploads.clear()  # one upload at a time; a restarted one starts over
+            self._uploads[part.episode_id] = []
+        buffer = self._uploads.get(part.episode_id)
+        if buffer is None:
+            raise ValueError(f"upload part {part.part} of episode {part.episode_id!r} without its part 0")
+        buffer.extend(part.observations)
+        if len(buffer) > self.spec.max_episode_steps + 1:
+            raise ValueError(f"upload of episode {part.episode_id!r} is longer than max_episode_steps + 1")
+        if not part.last:
+            return None
+        observations = self._uploads.pop(part.episode_id)
+        self._live.pop(part.episode_id, None)
         steps = [o.step for o in observations]
         if steps != list(range(part.end.num_steps + 1)):
             raise ValueError(
