@@ -26,6 +26,14 @@ from sim_envs.vector_worker import EnvSlot, play_chunks, reset_slots
 _WORKER_MAIN = "from sim_envs.vector_worker import main; main()"
 
 
+def check_interpreter(python: str, role: str) -> None:
+    """A suite's interpreter must be an executable; else a one-line error naming ``role``."""
+    if not os.access(python, os.X_OK):
+        raise ValueError(
+            f"{role} {python!r} is not an executable (a suite's venv: scripts/sim_venv.sh SUITE)"
+        )
+
+
 class SimVectorEnv:
     """N copies of one sim env behind the batched env contract."""
 
@@ -45,10 +53,8 @@ class SimVectorEnv:
             raise ValueError(f"backend must be 'inline' or 'subprocess', got {backend!r}")
         if python and backend != "subprocess":
             raise ValueError(f"a worker interpreter (python={python!r}) needs backend='subprocess'")
-        if python and not os.access(python, os.X_OK):
-            raise ValueError(
-                f"worker interpreter {python!r} is not an executable (a suite's venv: scripts/sim_venv.sh SUITE)"
-            )
+        if python:
+            check_interpreter(python, "worker interpreter")
         self.env_id, self.num_envs, self.backend = env_id, num_envs, backend
         self.python = python or sys.executable
         config = dict(env_config or {})

@@ -124,10 +124,7 @@ def _demos(args: argparse.Namespace) -> int:
     config = DemoConfig(args.env, args.episodes, args.out, args.seed, True, kwargs, args.action_noise)
     if args.python:
         return record_expert_demos_in(args.python, config)
-    summary = record_expert_demos(config)
-    print(
-        f"{summary.written} episodes ({summary.frames} frames) of {summary.played} played -> {summary.root}"
-    )
+    print(record_expert_demos(config).line())
     return 0
 
 

@@ -10,7 +10,6 @@ actions, rewards and success, and the episode's own instruction as its task text
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 import sys
 from dataclasses import asdict, dataclass, field
@@ -40,6 +39,9 @@ class DemoSummary:
     played: int
     frames: int
     root: Path
+
+    def line(self) -> str:
+        return f"{self.written} episodes ({self.frames} frames) of {self.played} played -> {self.root}"
 
 
 def record_expert_demos(config: DemoConfig, progress: bool = True) -> DemoSummary:
@@ -95,10 +97,9 @@ def record_expert_demos(config: DemoConfig, progress: bool = True) -> DemoSummar
 def record_expert_demos_in(python: str, config: DemoConfig) -> int:
     """:func:`record_expert_demos` in another interpreter, a suite's own venv (MetaWorld pins its
     MuJoCo: ``.venv-metaworld/bin/python``); its progress and summary print here. The exit code."""
-    if not os.access(python, os.X_OK):
-        raise ValueError(
-            f"--python {python!r} is not an executable (a suite's venv: scripts/sim_venv.sh SUITE)"
-        )
+    from sim_envs.vector import check_interpreter
+
+    check_interpreter(python, "--python")
     return subprocess.run([python, "-m", "trainer.expert_demos", json.dumps(asdict(config))]).returncode
 
 
@@ -111,9 +112,7 @@ def main(argv: list[str] | None = None) -> int:
     except (ValueError, RuntimeError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
-    print(
-        f"{summary.written} episodes ({summary.frames} frames) of {summary.played} played -> {summary.root}"
-    )
+    print(summary.line())
     return 0
 
 

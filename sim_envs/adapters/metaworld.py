@@ -162,7 +162,7 @@ class MetaWorldEnv(gym.Env):
         self._raw = np.asarray(raw, np.float32)
         return {
             "images": {c: self._render(c, self.image_size) for c in self.cameras},
-            "state": np.asarray(raw, np.float32),
+            "state": self._raw,
             "instruction": self.env_spec.instruction,
         }
 
