@@ -25,6 +25,7 @@ from protos.atomic_files import commit_folder
 
 POLICY_FILE = "policy.json"
 WEIGHTS_FILE = "model.safetensors"
+VALUE_HEAD_PREFIXES = ("value_head.", "critic.")  # the value head's parameter names start so
 
 
 @dataclass
@@ -137,6 +138,10 @@ class Policy(nn.Module, abc.ABC):
     def value(self, obs: dict[str, Any]) -> torch.Tensor:
         """[B] state values, for policies with a value head."""
         raise ValueError(f"{type(self).__name__} has no value head")
+
+    def value_parameters(self) -> list[nn.Parameter]:
+        """The value head's own parameters (none shared with the actor); empty without one."""
+        return [p for name, p in self.named_parameters() if name.startswith(VALUE_HEAD_PREFIXES)]
 
     def imitation_loss(
         self, obs: dict[str, Any], unit_targets: torch.Tensor, valid: torch.Tensor

@@ -7,11 +7,9 @@ from pathlib import Path
 from typing import Any
 
 from policies.actor_critic import GaussianActorCritic
-from policies.base import POLICY_FILE, WEIGHTS_FILE, Policy
+from policies.base import POLICY_FILE, VALUE_HEAD_PREFIXES, WEIGHTS_FILE, Policy
 from policies.config import PolicyConfig
 from protos import EnvSpec
-
-VALUE_HEAD_PREFIXES = ("value_head.", "critic.")
 
 
 def make_policy(spec: EnvSpec, cfg: PolicyConfig | dict[str, Any], saved: str | Path | None = None) -> Policy:

@@ -287,6 +287,16 @@ def test_the_critic_moves_the_backbone_only_when_not_detached(env, detach):
     assert moved is not detach
 
 
+def test_ppos_critic_group_is_the_value_head_and_nothing_of_the_backbone(env):
+    """``algo.value_learning_rate`` steps the value head alone at its rate (the VLA PPO presets)."""
+    policy = vla(env, "tokens-parallel")
+    ppo = PPO(policy, PPOConfig(learning_rate=1e-4, value_learning_rate=3e-3))
+    actor, critic = ppo.optimizer.param_groups
+    assert [id(p) for p in critic["params"]] == [id(p) for p in policy.value_head.parameters()]
+    assert critic["lr"] == 3e-3 and actor["lr"] == 1e-4
+    assert len(actor["params"]) + len(critic["params"]) == len(list(policy.parameters()))
+
+
 def test_field_state_tokens_give_each_field_its_own_token_named_by_its_words(env):
     policy = vla(env, "tokens-fields")
     fields = env.env_spec.state_fields

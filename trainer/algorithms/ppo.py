@@ -38,6 +38,13 @@ class PPOConfig:
     update_epochs: int = 8
     num_minibatches: int = 8
     clip_coef: float = 0.2
+    # The value head's own step size (0: learning_rate). A fresh critic under a policy started from
+    # SFT must fit returns of the task's scale while the policy takes small steps.
+    value_learning_rate: float = 0.0
+    # Clip each value update to clip_coef around the rollout's value (the PPO reference's choice).
+    # The clip is in return units: with returns in the tens (a success reward per step), the value
+    # can move only clip_coef per iteration, and the critic never catches up.
+    clip_value_loss: bool = True
     value_coef: float = 0.5
     entropy_coef: float = 0.0
     max_grad_norm: float = 0.5
@@ -57,8 +64,18 @@ class PPO:
         if not policy.has_value_head:
             raise ValueError("PPO needs a value head (policy.value_head=true)")
         self.policy, self.cfg = policy, cfg
-        self.optimizer = torch.optim.Adam(policy.parameters(), lr=cfg.learning_rate, eps=1e-5)
+        self.optimizer = torch.optim.Adam(self._parameter_groups(), lr=cfg.learning_rate, eps=1e-5)
         self.updates_done = 0
+
+    def _parameter_groups(self) -> list[dict]:
+        """One group; or, with ``value_learning_rate``, the value head in a second group of its own
+        (one group keeps optimizer states saved before the option existed loadable)."""
+        if not self.cfg.value_learning_rate:
+            return [{"params": list(self.policy.parameters())}]
+        critic = self.policy.value_parameters()
+        in_critic = {id(p) for p in critic}
+        actor = [p for p in self.policy.parameters() if id(p) not in in_critic]
+        return [{"params": actor}, {"params": critic, "lr": self.cfg.value_learning_rate}]
 
     def iterate(self, venv: VectorEnv, seed: int) -> IterationResult:
         """Collect one episode per env from seeded resets, then update."""
@@ -120,14 +137,14 @@ class PPO:
                         mb_adv = (mb_adv - kept.mean()) / (kept.std() + 1e-8)
                 policy_loss = clipped_surrogate_loss(mb_adv, ratio, cfg.clip_coef, mb_w)
 
-                # Clipped value loss, as in the PPO reference implementation.
                 value = evaluation.value
-                value_clipped = old_values[idx] + torch.clamp(
-                    value - old_values[idx], -cfg.clip_coef, cfg.clip_coef
-                )
-                value_loss = 0.5 * weighted_mean(
-                    torch.max((value - returns[idx]) ** 2, (value_clipped - returns[idx]) ** 2), mb_w
-                )
+                value_error = (value - returns[idx]) ** 2
+                if cfg.clip_value_loss:  # as in the PPO reference implementation
+                    value_clipped = old_values[idx] + torch.clamp(
+                        value - old_values[idx], -cfg.clip_coef, cfg.clip_coef
+                    )
+                    value_error = torch.max(value_error, (value_clipped - returns[idx]) ** 2)
+                value_loss = 0.5 * weighted_mean(value_error, mb_w)
 
                 entropy = weighted_mean(evaluation.entropy, mb_w)
                 loss = actor_scale * (policy_loss - cfg.entropy_coef * entropy) + cfg.value_coef * value_loss
