@@ -370,7 +370,11 @@ def test_a_physics_blow_up_on_the_twin_aborts_the_episode_and_is_never_a_success
     from sim_envs.scripted import scripted_policy
 
     server = start_server()
-    agent = start_agent(server.server.port, tmp_path, driver={"privileged_state": True, "cameras": []})
+    # From seed 0 under the twin's reality gap the expert succeeds at step 49 of reach's 50: a held
+    # tick on a loaded machine (a late action: the arm stops where it is) ran it out of steps once
+    # in CI. The horizon leaves it room; the episode ends at the blow-up either way.
+    driver = {"privileged_state": True, "cameras": [], "max_episode_steps": 150}
+    agent = start_agent(server.server.port, tmp_path, driver=driver)
     try:
         session = server.call(server.server.wait_for_robot(timeout=30))
         expert = scripted_policy(session.spec)
