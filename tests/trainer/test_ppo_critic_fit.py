@@ -5,6 +5,7 @@ from __future__ import annotations
 import copy
 import dataclasses
 
+import pytest
 import torch
 
 import sim_envs
@@ -31,7 +32,11 @@ def test_the_value_head_steps_at_its_own_learning_rate_and_the_rest_at_the_polic
     everything = {id(p) for p in policy.parameters()}
     assert {id(p) for p in actor_group["params"]} == everything - {id(p) for p in critic}
     # Without the option: one group, as optimizer states saved before it had.
-    assert len(PPO(policy, PPOConfig()).optimizer.param_groups) == 1
+    single = PPO(policy, PPOConfig())
+    assert len(single.optimizer.param_groups) == 1
+    with pytest.raises(ValueError, match=r"algo\.value_learning_rate"):
+        ppo.load_state_dict(single.state_dict())  # a resume with the option changed: one line
+    ppo.load_state_dict(PPO(policy, PPOConfig(value_learning_rate=1e-3)).state_dict())
     venv.close()
 
 

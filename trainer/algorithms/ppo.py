@@ -172,5 +172,12 @@ class PPO:
         return {"optimizer": self.optimizer.state_dict(), "updates_done": self.updates_done}
 
     def load_state_dict(self, state: dict) -> None:
+        saved_groups = len(state["optimizer"]["param_groups"])
+        if saved_groups != len(self.optimizer.param_groups):
+            raise ValueError(
+                f"this checkpoint's PPO optimizer has {saved_groups} parameter group(s), this run "
+                f"{len(self.optimizer.param_groups)}: resume with the algo.value_learning_rate it was "
+                "saved with (0 for one group)"
+            )
         self.optimizer.load_state_dict(state["optimizer"])
         self.updates_done = int(state.get("updates_done", 0))
