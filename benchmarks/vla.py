@@ -4,10 +4,11 @@ wall-clock budget each, scored on held-out seeds; plus rollout throughput and up
 For each head (``tokens``: OpenVLA-style bins with parallel decoding; ``flow``: pi0-style flow
 matching with the Flow-SDE sampler), the same SFT start is trained by GRPO and by PPO (with the
 value head at its own learning rate and without the value clip, its first ``CRITIC_WARMUP``
-iterations fitting only the critic) for ``--rl-minutes`` each on CPU. RL's reward is the task's success (``--rl-reward sparse``, as RLinf's and SimpleVLA-RL's VLA
-recipes use; measured: the dense shaped reward made GRPO undo the SFT start, 0.27 -> 0.15). Success
-and return are greedy, in the dense-reward env, on ``--eval-episodes`` seeds that neither the demos
-(10000+) nor training (0+) reset from.
+iterations fitting only the critic) for ``--rl-minutes`` each on CPU. RL's reward is the task's
+success (``--rl-reward sparse``, as RLinf's and SimpleVLA-RL's VLA recipes use; measured: the
+dense shaped reward made GRPO undo the SFT start, 0.27 -> 0.15). Success and return are greedy, in
+the dense-reward env, on ``--eval-episodes`` seeds that neither the demos (10000+) nor training (0+)
+reset from.
 
     python benchmarks/vla.py [--task rlinf/FrankaPickColor-v0] [--demos 40] [--sft-updates 1500]
                              [--sft-lr 1e-3] [--rl-minutes 8] [--rl-reward sparse|dense]
@@ -59,7 +60,7 @@ TRAIN_SEED_STRIDE = 1_000_000  # --seed s trains from env seeds s * this + ..., 
 CRITIC_WARMUP = 5  # PPO: iterations that fit only the fresh value head before the policy moves
 # PPO's critic: its own step size, and no value clip. The success reward comes every step the cube is
 # up, so returns are in the tens; at the policy's rate and with the clip (0.2 per iteration) the
-# fresh critic never caught up (tokens seed 0: 0.43 -> 0.28 at 1e-4 and clipped, 0.65 at this).
+# fresh critic never caught up (tokens seed 0: 0.43 -> 0.28 at 1e-4 and clipped, 0.59 at this).
 VALUE_LEARNING_RATE = 3e-3
 
 
