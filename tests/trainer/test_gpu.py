@@ -1,5 +1,5 @@
-"""Training on a GPU: in-process PPO and image SAC on ``cuda``, CPU/GPU agreement, Ray workers
-placed on a GPU bundle, and collocated offload freeing the GPU between phases.
+"""Training on a GPU, in process: PPO and image SAC on ``cuda``, and CPU/GPU agreement (Ray workers on
+a GPU bundle are in ``test_gpu_ray.py``).
 
 Marked ``gpu``: they run where torch sees a GPU (``pytest -m gpu`` on a GPU box) and are skipped
 elsewhere (the CI machine has none).
@@ -12,14 +12,11 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-import ray
 import torch
 
 import sim_envs
 from policies import PolicyConfig, load_policy, make_policy
 from trainer.configs import load_config
-from trainer.configs.loader import algorithm_config
-from trainer.distributed.session import build_distributed
 from trainer.runner import Runner
 
 pytestmark = [pytest.mark.gpu, pytest.mark.slow]
@@ -83,59 +80,3 @@ def test_a_policy_on_the_gpu_computes_what_it_computes_on_the_cpu():
     relative = (on_gpu.log_prob.cpu() - on_cpu.log_prob).norm() / on_cpu.log_prob.norm()
     assert float(relative) < 1e-2
     assert torch.allclose(on_gpu.value.cpu(), on_cpu.value, rtol=1e-2, atol=1e-3)
-
-
-def ray_trainer(preset: str, overrides: list[str]):
-    config = load_config(preset, overrides)
-    policy = make_policy(sim_envs.make(config.env.id, **config.env.kwargs).env_spec, config.policy)
-    return build_distributed(config, policy, algorithm_config(config))
-
-
-def test_collocated_offload_gives_each_phase_the_gpu_to_itself(local_ray):
-    trainer = ray_trainer(
-        "ppo_reach",
-        [
-            *REACH,
-            "cluster.placement=collocated",
-            "cluster.bundles=[{CPU: 2, GPU: 1}]",
-            "cluster.offload=true",
-        ],
-    )
-    try:
-        assert ray.get(trainer.actor.device_name.remote()) == "cuda"
-        assert ray.get(trainer.rollout.device_name.remote()) == "cuda"
-        result = trainer.iterate(None, 0)
-        assert result.env_steps == 40 and result.metrics["offload_s"] > 0
-        # After an iteration both models wait in host memory: the actor's since its update, the
-        # rollout's since collection ended.
-        assert ray.get(trainer.actor.device_memory.remote()) == 0
-        assert ray.get(trainer.rollout.device_memory.remote()) == 0
-        ray.get(trainer.actor.onload.remote())
-        assert ray.get(trainer.actor.device_memory.remote()) > 0  # model + Adam moments back on the GPU
-        ray.get(trainer.actor.offload.remote())
-        second = trainer.iterate(None, 1)  # the optimiser state survived the round trips
-        assert np.isfinite(second.metrics["policy_loss"]) and second.metrics["policy_lag"] == 0.0
-        actor_weights, _ = ray.get(trainer.actor.weights.remote())
-        for key, value in trainer.policy.state_dict().items():
-            assert torch.equal(actor_weights[key], value), key  # the driver holds the newest weights
-    finally:
-        trainer.close()
-
-
-def test_the_off_policy_learner_trains_on_its_gpu_share(local_ray):
-    sac = [
-        *REACH, "algo.learning_starts=20", "algo.batch_size=32", "algo.critic_hidden=[32]",
-        "cluster.placement=disaggregated", "cluster.bundles=[{CPU: 1}, {CPU: 0.5, GPU: 0.5}, {CPU: 0.5, GPU: 0.5}]",
-    ]  # fmt: skip
-    trainer = ray_trainer("sac_reach", sac)
-    try:
-        assert ray.get(trainer.learner.device_name.remote()) == "cuda"
-        assert ray.get(trainer.rollout.device_name.remote()) == "cuda"
-        assert ray.get(trainer.envs[0].device_name.remote()) == "cpu"
-        trainer.iterate(None, 0)
-        result = trainer.iterate(None, 1)
-        assert result.metrics["updates"] == 31.0  # utd 0.5 per 2-step add, from the add reaching 20
-        state = trainer.state_dict()
-        assert state["algorithm"]["log_alpha"].device.type == "cpu"  # checkpoints leave on the CPU
-    finally:
-        trainer.close()
