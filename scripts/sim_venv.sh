@@ -2,17 +2,19 @@
 # A simulator suite whose pins or weight do not belong in the main venv gets its own venv beside it:
 #   bash scripts/sim_venv.sh metaworld      # -> .venv-metaworld (metaworld pins mujoco==3.3.0)
 #   bash scripts/sim_venv.sh maniskill      # -> .venv-maniskill (mani-skill, SAPIEN, torch CPU; Vulkan)
+#   bash scripts/sim_venv.sh libero         # -> .venv-libero (LIBERO on robosuite 1.4, MuJoCo < 4, its assets)
 # Training runs keep the policy in the main venv and step the suite in workers started from this one:
 #   .venv/bin/rlinf-trainer train --config ppo_metaworld env.python=.venv-metaworld/bin/python
 # Idempotent; quick when already done.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-SUITE="${1:?usage: scripts/sim_venv.sh SUITE (metaworld | maniskill)}"
+SUITE="${1:?usage: scripts/sim_venv.sh SUITE (metaworld | maniskill | libero)}"
 case "$SUITE" in
   metaworld) CHECK="import metaworld" ;;
   maniskill) CHECK="import mani_skill.envs" ;;
-  *) echo "scripts/sim_venv.sh: unknown suite '$SUITE' (known: metaworld, maniskill)" >&2; exit 2 ;;
+  libero) CHECK="from libero.libero import benchmark" ;;
+  *) echo "scripts/sim_venv.sh: unknown suite '$SUITE' (known: metaworld, maniskill, libero)" >&2; exit 2 ;;
 esac
 
 if [ "$SUITE" = maniskill ]; then

@@ -19,6 +19,7 @@ ENV_IDS = {
 SUITE_IDS = {
     "rlinf/MetaWorld-v0": "sim_envs.adapters.metaworld:MetaWorldEnv",
     "rlinf/ManiSkill-v0": "sim_envs.adapters.maniskill:ManiSkillEnv",
+    "rlinf/LIBERO-v0": "sim_envs.adapters.libero:LiberoEnv",
 }
 # Suites that are batched by nature (one env object steps N envs on a GPU): vector envs only.
 VECTOR_SUITE_IDS = {

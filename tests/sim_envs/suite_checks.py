@@ -1,11 +1,13 @@
-"""Run by the suite tests (test_metaworld.py, test_maniskill.py) in the suite's own venv: gymnasium's
+"""Run by the suite tests (test_metaworld.py, test_maniskill.py, test_libero.py) in the suite's own venv: gymnasium's
 env checker and the reset/step/truncation rules of one ``rlinf/...`` suite env, one JSON line of
 findings on stdout for the test to assert on.
 
-    python suite_checks.py ENV_ID KWARGS_JSON CAMERA [--reach]
+    python suite_checks.py ENV_ID KWARGS_JSON CAMERA [--reach | --libero-place]
 
 ``--reach``: also drive MetaWorld's reach hand to its goal with a proportional controller, so the
-test sees ``info["success"]`` come through.
+test sees ``info["success"]`` come through. ``--libero-place``: put a LIBERO pick-and-place task's
+object (its first object of interest) just above its target (the second) and let it drop, so the
+test sees the task's BDDL goal reported as success.
 """
 
 from __future__ import annotations
@@ -18,6 +20,26 @@ import numpy as np
 from gymnasium.utils.env_checker import check_env
 
 import sim_envs
+
+
+def libero_place(env) -> tuple[bool, bool]:
+    """(success once the object is dropped on its target, success before): the object's free joint
+    is moved above the target, then the arm holds still."""
+    env.reset(seed=1)
+    _, _, _, _, info = env.step(np.zeros(7, np.float32))
+    before = info["success"]
+    scene = env.env
+    thing, target = scene.obj_of_interest[:2]
+    joint = scene.objects_dict[thing].joints[0]
+    pose = scene.sim.data.get_joint_qpos(joint).copy()
+    pose[:3] = scene.sim.data.body_xpos[scene.obj_body_id[target]] + np.array([0.0, 0.0, 0.05])
+    scene.sim.data.set_joint_qpos(joint, pose)
+    scene.sim.forward()
+    for _ in range(20):
+        _, _, terminated, _, info = env.step(np.zeros(7, np.float32))
+        if info["success"]:
+            return terminated, before  # LIBERO's episodes end on success
+    return False, before
 
 
 def main() -> None:
@@ -52,6 +74,8 @@ def main() -> None:
             obs, _, _, _, info = env.step(np.append(np.clip(20 * (state[-3:] - state[:3]), -1, 1), 0.0))
             success |= info["success"]
         found["controller_success"] = bool(success)
+    if "--libero-place" in sys.argv:
+        found["placed_success"], found["success_before_placing"] = libero_place(env)
     print(json.dumps(found))
     env.close()
 
