@@ -62,9 +62,11 @@ def _train_supervised(config) -> int:
     spec = env.env_spec
     env.close()
     if config.algorithm == "world_model":
+        from trainer.devices import resolve_device
         from trainer.world_model_training import HORIZONS, train_world_model
 
-        metrics = train_world_model(algorithm_config(config), spec, run_dir, config.run.seed)
+        device = resolve_device(config.run.device)
+        metrics = train_world_model(algorithm_config(config), spec, run_dir, config.run.seed, device)
         errors = ", ".join(
             f"{h}: {metrics.get(f'state_error_{h}', float('nan')):.4f} (copy-last {metrics.get(f'state_error_copy_last_{h}', float('nan')):.4f})"
             for h in HORIZONS

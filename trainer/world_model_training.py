@@ -18,7 +18,7 @@
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 import numpy as np
@@ -67,12 +67,23 @@ class Episodes:
     episodes: np.ndarray  # [N] episode index of each frame
     task: str
 
+    def to(self, device: torch.device) -> Episodes:
+        """The frames on ``device`` (the model trains where its data is)."""
+        return replace(
+            self,
+            states=self.states.to(device),
+            actions=self.actions.to(device),
+            rewards=self.rewards.to(device),
+            success=self.success.to(device),
+            images={c: v.to(device) for c, v in self.images.items()},
+        )
+
     def terminates_on_success(self) -> bool:
         """Whether the recorded env ended episodes at their first success frame (True when no
         episode succeeded): an imagined episode should end where a real one would."""
         ends = []
         for episode in np.unique(self.episodes):
-            won = np.flatnonzero(self.success[torch.as_tensor(self.episodes == episode)].numpy() > 0.5)
+            won = np.flatnonzero(self.success.cpu()[torch.as_tensor(self.episodes == episode)].numpy() > 0.5)
             if len(won):
                 ends.append(won[0] == int((self.episodes == episode).sum()) - 1)
         return all(ends)
@@ -132,9 +143,9 @@ def rollout_losses(
     rolls out on its own; reward and success are judged from the real next observation (success
     frames weighted by ``success_weight``: they are rare, often one per successful episode)."""
     images = {c: v[starts] for c, v in data.images.items()}
-    z = model.encode(images) if images else torch.zeros(len(starts), 0)
+    z = model.encode(images) if images else data.states.new_zeros(len(starts), 0)
     state = model.normalize(data.states[starts])
-    loss = torch.zeros(())
+    loss = data.states.new_zeros(())
     if images:  # the autoencoder: the decoder must render the encoded frame
         decoded = model.decode(z)
         loss = loss + image_weight * sum(((decoded[c] - images[c].float() / 255) ** 2).mean() for c in images)
@@ -144,11 +155,11 @@ def rollout_losses(
         target_state = model.normalize(data.states[nxt])
         loss = loss + ((state - target_state) ** 2).mean(dim=(1, 2)).sum()
         real = {c: v[nxt] for c, v in data.images.items()}
-        target_z = model.encode(real) if images else torch.zeros(len(starts), 0)
+        target_z = model.encode(real) if images else z.new_zeros(len(starts), 0)
         reward, success_logit = model.judge(target_z, target_state)
         loss = loss + ((reward - data.rewards[now]) ** 2).mean()
         loss = loss + torch.nn.functional.binary_cross_entropy_with_logits(
-            success_logit, data.success[now], pos_weight=torch.tensor(success_weight)
+            success_logit, data.success[now], pos_weight=data.success.new_tensor(success_weight)
         )
         if images:
             loss = loss + ((z - target_z.detach()) ** 2).mean(dim=(1, 2)).sum()
@@ -169,7 +180,7 @@ def open_loop_errors(model: WorldModel, data: Episodes, episodes: np.ndarray) ->
         if len(starts) == 0:
             continue
         images = {c: v[starts] for c, v in data.images.items()}
-        z = model.encode(images) if images else torch.zeros(len(starts), 0)
+        z = model.encode(images) if images else data.states.new_zeros(len(starts), 0)
         state = model.normalize(data.states[starts])
         first = state
         for k in range(h):
@@ -181,9 +192,11 @@ def open_loop_errors(model: WorldModel, data: Episodes, episodes: np.ndarray) ->
         if images:
             predicted = model.decode(z)
             real = {c: v[starts + h].float() / 255 for c, v in data.images.items()}
-            out[f"frame_error_{h}"] = float(np.mean([((predicted[c] - real[c]) ** 2).mean() for c in real]))
+            out[f"frame_error_{h}"] = float(
+                np.mean([float(((predicted[c] - real[c]) ** 2).mean()) for c in real])
+            )
             out[f"frame_error_copy_last_{h}"] = float(
-                np.mean([((images[c].float() / 255 - real[c]) ** 2).mean() for c in real])
+                np.mean([float(((images[c].float() / 255 - real[c]) ** 2).mean()) for c in real])
             )
     return out
 
@@ -195,7 +208,7 @@ def held_out_disagreement(model: WorldModel, data: Episodes, episodes: np.ndarra
     h = max(HORIZONS)
     starts = data.starts(1, episodes)
     images = {c: v[starts] for c, v in data.images.items()}
-    z = model.encode(images) if images else torch.zeros(len(starts), 0)
+    z = model.encode(images) if images else data.states.new_zeros(len(starts), 0)
     state = model.normalize(data.states[starts])
     seen = []
     for k in range(h):
@@ -204,9 +217,9 @@ def held_out_disagreement(model: WorldModel, data: Episodes, episodes: np.ndarra
         if not live.any():
             break
         step = model.step(z, state, data.actions[np.minimum(starts + k, len(data.actions) - 1)])
-        seen.append(step.disagreement[torch.as_tensor(live)])
+        seen.append(step.disagreement[torch.as_tensor(live, device=step.disagreement.device)])
         z, state = step.latent, step.state
-    values = torch.cat(seen).numpy()
+    values = torch.cat(seen).cpu().numpy()
     return {f"p{q}": float(np.percentile(values, q)) for q in (50, 95, 99)}
 
 
@@ -223,37 +236,48 @@ def side_by_side(model: WorldModel, data: Episodes, episode: int, path: Path, st
     state = model.normalize(data.states[frames[:1]])
     out = []
     for k, index in enumerate(frames):
-        predicted = (model.decode(z)[camera][0].numpy() * 255).astype(np.uint8)
-        out.append(np.concatenate([data.images[camera][index].numpy(), predicted], axis=1))
+        predicted = (model.decode(z)[camera][0].cpu().numpy() * 255).astype(np.uint8)
+        out.append(np.concatenate([data.images[camera][index].cpu().numpy(), predicted], axis=1))
         if k + 1 < len(frames):
             step = model.step(z, state, data.actions[index : index + 1])
             z, state = step.latent, step.state
     imageio.mimsave(path, out, duration=0.1, loop=0)
 
 
-def train_world_model(cfg: WorldModelTrainConfig, spec: EnvSpec, run_dir: Path, seed: int = 0) -> dict:
-    """Fit, validate on held-out episodes, save ``<run_dir>/world_model``; returns the metrics."""
+def train_world_model(
+    cfg: WorldModelTrainConfig,
+    spec: EnvSpec,
+    run_dir: Path,
+    seed: int = 0,
+    device: str | torch.device = "cpu",
+) -> dict:
+    """Fit on ``device`` (``run.device``), validate on held-out episodes, save
+    ``<run_dir>/world_model`` (CPU tensors: it loads anywhere); returns the metrics."""
     if not cfg.dataset:
         raise ValueError("world_model needs algo.dataset, a LeRobot v3 dataset folder")
     try:
         data = load_episodes(cfg, spec)
     except DatasetError as exc:
         raise ValueError(f"algo.dataset={cfg.dataset!r}: {exc}") from None
+    device = torch.device(device)
+    data = data.to(device)
     torch.manual_seed(seed)
     model = WorldModel(
         spec, WorldModelConfig(list(cfg.cameras), cfg.latent_dim, cfg.hidden, ensemble=cfg.ensemble)
-    )
+    ).to(device)
     unique = np.unique(data.episodes)
     held = unique[len(unique) - max(1, round(cfg.holdout_fraction * len(unique))) :]
     train_episodes = np.setdiff1d(unique, held)
-    model.state_norm.update(data.states[np.isin(data.episodes, train_episodes)])
+    model.state_norm.update(
+        data.states[torch.as_tensor(np.isin(data.episodes, train_episodes), device=device)]
+    )
     starts = data.starts(cfg.horizon, train_episodes)
     if len(starts) == 0:
         raise ValueError(
             f"algo.dataset={cfg.dataset!r}: no training episode is longer than algo.horizon={cfg.horizon}"
         )
     optimizer = torch.optim.Adam(model.parameters(), lr=cfg.learning_rate)
-    positives = float(data.success[torch.as_tensor(np.isin(data.episodes, train_episodes))].sum())
+    positives = float(data.success.cpu()[torch.as_tensor(np.isin(data.episodes, train_episodes))].sum())
     # Balance the success classes, up to 100x: one success frame per episode against dozens without.
     success_weight = float(np.clip((len(data.success) - positives) / max(positives, 1.0), 1.0, 100.0))
     losses = []
@@ -281,8 +305,8 @@ def train_world_model(cfg: WorldModelTrainConfig, spec: EnvSpec, run_dir: Path, 
     cap = MAX_START_FRAMES_WITH_IMAGES if data.images else MAX_START_FRAMES
     spread = np.linspace(0, len(first) - 1, min(cap, len(first))).astype(int)
     rows = np.union1d(np.flatnonzero(first), spread)
-    starts_arrays = {"state": data.states[rows].numpy(), "first": first[rows],
-                     **{f"image.{c}": v[rows].numpy() for c, v in data.images.items()}}  # fmt: skip
+    starts_arrays = {"state": data.states[rows].cpu().numpy(), "first": first[rows],
+                     **{f"image.{c}": v[rows].cpu().numpy() for c, v in data.images.items()}}  # fmt: skip
     model.save(
         out,
         extra={

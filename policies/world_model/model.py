@@ -128,7 +128,8 @@ class WorldModel(nn.Module):
     def encode(self, images: dict[str, torch.Tensor]) -> torch.Tensor:
         """uint8 frames per camera [B, H, W, 3] -> latent [B, latent_dim] (empty without cameras)."""
         if not self.cfg.cameras:
-            return torch.zeros(next(iter(images.values())).shape[0] if images else 0, 0)
+            rows = next(iter(images.values())).shape[0] if images else 0
+            return torch.zeros(rows, 0, device=self.state_norm.mean.device)
         return torch.cat([self.encoders[n](images[n]) for n in self.cfg.cameras], dim=-1)
 
     def decode(self, z: torch.Tensor) -> dict[str, torch.Tensor]:
