@@ -1,12 +1,13 @@
 """Simulator suites behind the env contract: step rate through our interface against the suite's
 own env, and PPO success against wall time.
 
-For each suite (ManiSkill3 PushCube-v1 and MetaWorld reach-v3, each in its own venv; gymnasium's
-Pendulum-v1 through the adapter),
+For each suite (ManiSkill3 PushCube-v1, MetaWorld reach-v3 and LIBERO libero_spatial task 0, each
+in its own venv; gymnasium's Pendulum-v1 through the adapter),
 with state only and, where the suite renders, one 128 px camera, the same random actions on
 ``--envs`` envs stepped one after another:
   * raw: the suite's own env (ManiSkill: ``gym.make`` of one CPU env; MetaWorld: its task class
-    with ``set_task`` / ``reset`` / ``step``, plus a ``mujoco.Renderer`` for the camera; gymnasium:
+    with ``set_task`` / ``reset`` / ``step``, plus a ``mujoco.Renderer`` for the camera; LIBERO: its
+    ``ControlEnv`` with ``set_init_state`` at each reset, as its evaluations drive it; gymnasium:
     ``gym.make``), in one process;
   * adapter: our env class around it, in the same process;
   * vector: ``SimVectorEnv`` with one-step chunks: for a suite in its own venv, one subprocess worker
@@ -39,11 +40,16 @@ ROOT = Path(__file__).resolve().parents[1]
 RESULTS = Path(__file__).resolve().parent / "results"
 METAWORLD_PYTHON = ROOT / ".venv-metaworld" / "bin" / "python"
 MANISKILL_PYTHON = ROOT / ".venv-maniskill" / "bin" / "python"
+LIBERO_PYTHON = ROOT / ".venv-libero" / "bin" / "python"
 SUITES = {
     "maniskill": {"env_id": "rlinf/ManiSkill-v0", "python": str(MANISKILL_PYTHON), "config": "ppo_maniskill",
                   "kwargs": {"task": "PushCube-v1", "max_episode_steps": 50}, "camera": "base_camera"},
     "metaworld": {"env_id": "rlinf/MetaWorld-v0", "python": str(METAWORLD_PYTHON), "config": "ppo_metaworld",
                   "kwargs": {"task": "reach-v3", "max_episode_steps": 150}, "camera": "corner"},
+    "libero": {"env_id": "rlinf/LIBERO-v0", "python": str(LIBERO_PYTHON), "config": "ppo_libero",
+               "kwargs": {"suite": "libero_spatial", "task_id": 0, "reward_type": "reach", "max_episode_steps": 60,
+                          "settle_steps": 0},
+               "camera": "agentview"},
     "gymnasium": {"env_id": "Pendulum-v1", "python": "", "config": "ppo_gym",
                   "kwargs": {"max_episode_steps": 200}, "camera": None},
 }  # fmt: skip
@@ -76,6 +82,38 @@ class RawMetaWorld:
         if self.renderer is not None:
             self.renderer.update_scene(self.env.data, camera=self.camera)
             self.renderer.render()
+        self.steps += 1
+        if self.steps >= self.limit:
+            self.reset()
+
+
+class RawLibero:
+    """LIBERO's own control env, as its evaluations drive it: a soft reset, then ``set_init_state``
+    with one of the task's initial states (no settling steps: the suite's kwargs set ``settle_steps=0``)."""
+
+    def __init__(
+        self, suite: str, task_id: int, max_episode_steps: int, camera: str | None, size: int
+    ) -> None:
+        from sim_envs.adapters.libero import bddl_path, find_task, import_libero
+
+        benchmark, control_env = import_libero()
+        task, self.init_states = find_task(benchmark, suite, task_id, "")
+        self.env = control_env(
+            bddl_file_name=bddl_path(task), use_camera_obs=camera is not None,
+            has_offscreen_renderer=camera is not None, camera_names=[camera or "agentview"],
+            camera_heights=size, camera_widths=size, horizon=max_episode_steps + 1, ignore_done=True,
+            hard_reset=False,
+        )  # fmt: skip
+        self.limit, self.steps, self.episodes = max_episode_steps, 0, 0
+
+    def reset(self) -> None:
+        self.env.reset()
+        self.env.set_init_state(self.init_states[self.episodes % len(self.init_states)])
+        self.steps, self.episodes = 0, self.episodes + 1
+
+    def step(self, action: np.ndarray) -> None:
+        self.env.step(action.astype(np.float64))
+        self.env.check_success()
         self.steps += 1
         if self.steps >= self.limit:
             self.reset()
@@ -153,6 +191,12 @@ def local_rates(suite: str, camera: bool, steps: int, n: int, repeats: int) -> d
                for _ in range(n)]  # fmt: skip
         ours = [our_env(s["env_id"], {**kwargs, "cameras": cams, "image_size": 128}) for _ in range(n)]
         dim = 4
+    elif suite == "libero":
+        cams = (s["camera"],) if camera else ()
+        raw = [RawLibero(kwargs["suite"], kwargs["task_id"], kwargs["max_episode_steps"],
+                         s["camera"] if camera else None, 128) for _ in range(n)]  # fmt: skip
+        ours = [our_env(s["env_id"], {**kwargs, "cameras": cams, "image_size": 128}) for _ in range(n)]
+        dim = 7
     else:
         import gymnasium as gym
 
@@ -246,7 +290,11 @@ def main() -> None:
         rates = local_rates(args.local[0], args.local[1] == "1", args.steps, args.envs, args.repeats)
         print(json.dumps(rates))
         return
-    for suite, python in (("metaworld", METAWORLD_PYTHON), ("maniskill", MANISKILL_PYTHON)):
+    for suite, python in (
+        ("metaworld", METAWORLD_PYTHON),
+        ("maniskill", MANISKILL_PYTHON),
+        ("libero", LIBERO_PYTHON),
+    ):
         if suite in args.suites and not python.is_file():
             sys.exit(f"no {suite} venv at {python}: bash scripts/sim_venv.sh {suite}")
     out = Path(args.out)
@@ -255,7 +303,11 @@ def main() -> None:
                      "machine": {"cpus": os.cpu_count(), "python": platform.python_version()}}  # fmt: skip
     for suite in args.suites.split(","):
         s = SUITES[suite]
-        record: dict = {}
+        record: dict = {
+            "settings": {
+                k: getattr(args, k) for k in ("steps", "camera_steps", "envs", "repeats", "ppo_minutes")
+            }
+        }
         for camera in (False, True) if s["camera"] else (False,):
             python = s["python"] or sys.executable
             steps = args.camera_steps if camera else args.steps
