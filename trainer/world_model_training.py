@@ -149,9 +149,10 @@ def rollout_losses(
     if images:  # the autoencoder: the decoder must render the encoded frame
         decoded = model.decode(z)
         loss = loss + image_weight * sum(((decoded[c] - images[c].float() / 255) ** 2).mean() for c in images)
+    weights = model.member_weights()  # stacked once for the whole rollout
     for k in range(horizon):
         now, nxt = starts + k, starts + k + 1
-        z, state = model.members_step(z, state, data.actions[now])  # [M, B, ...]
+        z, state = model.members_step(z, state, data.actions[now], weights)  # [M, B, ...]
         target_state = model.normalize(data.states[nxt])
         loss = loss + ((state - target_state) ** 2).mean(dim=(1, 2)).sum()
         real = {c: v[nxt] for c, v in data.images.items()}

@@ -97,6 +97,11 @@ class Dynamics(nn.Module):
         return next_z, norm_state + self.state_delta(h)
 
 
+def batched_linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor) -> torch.Tensor:
+    """A linear layer per member: x [M, B, in], weight [M, out, in], bias [M, out] -> [M, B, out]."""
+    return torch.baddbmm(bias.unsqueeze(1), x, weight.transpose(1, 2))
+
+
 class WorldModel(nn.Module):
     """Action-conditioned next observation, reward and success for one env spec."""
 
@@ -137,17 +142,44 @@ class WorldModel(nn.Module):
         parts = z.split(self.cfg.latent_dim, dim=-1)
         return {n: self.decoders[n](part) for n, part in zip(self.cfg.cameras, parts)}
 
+    def member_weights(self) -> list[tuple[torch.Tensor, torch.Tensor] | None]:
+        """Each dynamics layer's weight [M, out, in] and bias [M, out], stacked over the members
+        (trunk, trunk, latent head, state head; None for an absent latent head). Gradients reach
+        every member's own parameters; a caller stepping many times in one update stacks once."""
+        layers = (
+            lambda d: d.trunk[0],
+            lambda d: d.trunk[2],
+            lambda d: d.next_latent,
+            lambda d: d.state_delta,
+        )
+        stacked = []
+        for layer in layers:
+            if layer(self.members[0]) is None:
+                stacked.append(None)
+                continue
+            weight = torch.stack([layer(member).weight for member in self.members])
+            stacked.append((weight, torch.stack([layer(member).bias for member in self.members])))
+        return stacked
+
     def members_step(
-        self, z: torch.Tensor, norm_state: torch.Tensor, unit_action: torch.Tensor
+        self,
+        z: torch.Tensor,
+        norm_state: torch.Tensor,
+        unit_action: torch.Tensor,
+        weights: list[tuple[torch.Tensor, torch.Tensor] | None] | None = None,
     ) -> tuple[torch.Tensor, torch.Tensor]:
-        """Every member's next latent and state, [M, B, ...]. ``z`` and ``norm_state`` are either
-        shared [B, ...] or per member [M, B, ...] (members rolling out on their own)."""
-        out = [
-            member(z[i] if z.dim() == 3 else z, norm_state[i] if norm_state.dim() == 3 else norm_state,
-                   unit_action)
-            for i, member in enumerate(self.members)
-        ]  # fmt: skip
-        return torch.stack([o[0] for o in out]), torch.stack([o[1] for o in out])
+        """Every member's next latent and state, [M, B, ...]: each member's ``Dynamics.forward``,
+        all members in one batched matmul per layer. ``z`` and ``norm_state`` are either shared
+        [B, ...] or per member [M, B, ...] (members rolling out on their own)."""
+        members = len(self.members)
+        per_member = lambda x: x if x.dim() == 3 else x.expand(members, *x.shape)  # noqa: E731
+        z, norm_state = per_member(z), per_member(norm_state)
+        first, second, latent_head, state_head = weights or self.member_weights()
+        x = torch.cat([z, norm_state, per_member(unit_action)], dim=-1)
+        h = nn.functional.elu(batched_linear(x, *first))
+        h = nn.functional.elu(batched_linear(h, *second))
+        next_z = z + batched_linear(h, *latent_head) if latent_head is not None else z
+        return next_z, norm_state + batched_linear(h, *state_head)
 
     def judge(self, z: torch.Tensor, norm_state: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """(reward, success logit) of an observation: its latent and normalised state."""

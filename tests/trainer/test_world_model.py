@@ -298,3 +298,29 @@ def test_one_imagined_env_passes_gymnasiums_env_checker(state_model):
     assert steps <= 5
     again, _ = env.reset(seed=1)
     np.testing.assert_allclose(again["state"], env.reset(seed=1)[0]["state"])  # the seed draws the start
+
+
+@pytest.mark.parametrize("cameras", [[], ["front"]])
+def test_the_batched_members_step_is_each_members_own_forward(cameras):
+    """All members in one batched matmul per layer compute what each ``Dynamics`` computes alone,
+    from shared inputs and from per-member ones, and their gradients reach every member."""
+    import torch
+
+    from policies.world_model.model import WorldModel, WorldModelConfig
+
+    env = {**STATE_ENV, "cameras": cameras, "image_height": 32, "image_width": 32}
+    spec = sim_envs.make("rlinf/FrankaReach-v0", **env).env_spec
+    torch.manual_seed(0)
+    model = WorldModel(spec, WorldModelConfig(list(cameras), latent_dim=8, hidden=32, ensemble=3))
+    z = torch.randn(5, model.latent_dim)
+    state, action = torch.randn(5, spec.state_dim), torch.rand(5, spec.action.dim) * 2 - 1
+    for zs, states in ((z, state), (torch.randn(3, 5, model.latent_dim), torch.randn(3, 5, spec.state_dim))):
+        batched_z, batched_state = model.members_step(zs, states, action)
+        for i, member in enumerate(model.members):
+            alone_z, alone_state = member(zs[i] if zs.dim() == 3 else zs, states[i] if states.dim() == 3 else states,
+                                          action)  # fmt: skip
+            torch.testing.assert_close(batched_state[i], alone_state, atol=1e-5, rtol=1e-5)
+            torch.testing.assert_close(batched_z[i], alone_z, atol=1e-5, rtol=1e-5)
+    batched_state.sum().backward()
+    assert all(m.state_delta.weight.grad is not None and m.state_delta.weight.grad.abs().sum() > 0
+               for m in model.members)  # fmt: skip
