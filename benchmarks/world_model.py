@@ -284,6 +284,9 @@ def main() -> int:
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
     parser.add_argument("--seeds", type=int, default=3)
+    parser.add_argument(
+        "--first-seed", type=int, default=0, help="run seeds first-seed .. first-seed + seeds - 1"
+    )
     parser.add_argument("--demos", type=int, default=3, help="scripted twin demonstrations for BC")
     parser.add_argument("--bc-updates", type=int, default=200)
     parser.add_argument(
@@ -293,9 +296,9 @@ def main() -> int:
         help="the BC policy's log std: the exploration RL starts from (BC fits the mean only)",
     )
     parser.add_argument(
-        "--data-log-std", type=float, default=-0.5, help="the log std the data episodes sample with"
+        "--data-log-std", type=float, default=-1.0, help="the log std the data episodes sample with"
     )
-    parser.add_argument("--data-episodes", type=int, default=150, help="twin episodes of the BC policy")
+    parser.add_argument("--data-episodes", type=int, default=400, help="twin episodes of the BC policy")
     parser.add_argument(
         "--random-fraction",
         type=float,
@@ -359,7 +362,7 @@ def main() -> int:
     twin = {**POLICY_KWARGS, "randomization": gap}
     shutil.rmtree(args.work, ignore_errors=True)
     rows = []
-    for seed in range(args.seeds):
+    for seed in range(args.first_seed, args.first_seed + args.seeds):
         rows.append(run_seed(seed, args, twin, args.work / f"seed-{seed}"))
         write(args, gap, rows)
     print(json.dumps(write(args, gap, rows), indent=2))
