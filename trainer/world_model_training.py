@@ -81,9 +81,9 @@ class Episodes:
     def terminates_on_success(self) -> bool:
         """Whether the recorded env ended episodes at their first success frame (True when no
         episode succeeded): an imagined episode should end where a real one would."""
-        ends = []
+        ends, success = [], self.success.cpu().numpy()  # one copy off the device, not one per episode
         for episode in np.unique(self.episodes):
-            won = np.flatnonzero(self.success.cpu()[torch.as_tensor(self.episodes == episode)].numpy() > 0.5)
+            won = np.flatnonzero(success[self.episodes == episode] > 0.5)
             if len(won):
                 ends.append(won[0] == int((self.episodes == episode).sum()) - 1)
         return all(ends)

@@ -169,7 +169,6 @@ class LiberoEnv(gym.Env):
             hard_reset=False,  # a reset restores a recorded state; rebuilding the scene (0.4 s) adds nothing
         )
         self.env = self.control.env  # LIBERO's BDDL env (robosuite)
-        self.control.reset()
         self.objects = tuple(self.env.objects_dict)
         self.target = reach_target(self.env)
         self.env_spec = EnvSpec(
