@@ -214,7 +214,7 @@ class LinkClient:
             metadata = link_codec.metadata_token(self.config.token) if self.config.token else None
             call = session(metadata=metadata)
             pending = self.spool.pending()
-            await call.write(pb.AgentMessage(register=self._register(pending)))
+            await self._send(call, pb.AgentMessage(register=self._register(pending)))
             first = await call.read()
             if first is grpc.aio.EOF:
                 await self._ended(call)
@@ -267,6 +267,13 @@ class LinkClient:
                     task.cancel()
                 call.cancel()
 
+    async def _send(self, call, message: Outgoing) -> None:
+        """Write one message; a call the trainer has already ended reads as its status, not a crash."""
+        try:
+            await call.write(message)
+        except asyncio.InvalidStateError:  # grpc: "RPC already finished", ended between two writes
+            await self._ended(call)
+
     async def _ended(self, call) -> None:
         """The trainer ended the stream: a refusal, or a link loss whatever its status (OK included)."""
         code, details = await call.code(), await call.details()
@@ -302,7 +309,7 @@ class LinkClient:
                 self._probes_sent[message.probe_id] = (
                     time.perf_counter()
                 )  # timed from the wire, not the queue
-            await call.write(message)
+            await self._send(call, message)
 
     async def _read(self, call, outbox: asyncio.Queue) -> None:
         while True:
@@ -345,7 +352,7 @@ class LinkClient:
         probe_id = self._next_probe_id()
         message = _probe(probe_id, size)
         started = time.perf_counter()
-        await call.write(message)
+        await self._send(call, message)
         while True:
             message = await asyncio.wait_for(call.read(), PROBE_TIMEOUT_S)
             if message is grpc.aio.EOF:

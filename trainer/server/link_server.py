@@ -306,9 +306,8 @@ class _Servicer(pb_grpc.RobotLinkServicer):
                 size = message.ByteSize()
                 if size > server.config.max_message_bytes:
                     # End the stream with a status the agent reads, rather than let grpc fail the send.
-                    # A status set and a plain return, not context.abort(): an abort raised in this
-                    # generator while the reader task still awaits the request stream sometimes left
-                    # the call open, and the agent never saw it end (1 run in 4 here).
+                    # (The "call left open" once blamed on context.abort() here was the agent dying on
+                    # a write to the ended call; robot_agent/link.py now reads that as a link loss.)
                     log.error("robot %s: a %d-byte message exceeds the link limit", session.robot_id, size)
                     context.set_code(grpc.StatusCode.RESOURCE_EXHAUSTED)
                     context.set_details(
