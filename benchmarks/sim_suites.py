@@ -13,7 +13,9 @@ with state only and, where the suite renders, one 128 px camera, the same random
   * vector: ``SimVectorEnv`` with one-step chunks: for a suite in its own venv, one subprocess worker
     started from that venv (the raw loop's compute) and two (as ``train`` runs on 2 cores); for an
     env of the main venv, the inline backend. The target: vector keeps >= 0.85 of raw.
-Medians of ``--repeats`` alternating runs. Then PPO (``--ppo-minutes`` per suite, state) through
+Every path runs one schedule: a reset, 10 warm-up steps, then ``--repeats`` runs that go on from
+where the last left off, so each run of raw, adapter and vector holds the same episode ends and
+resets (a MetaWorld reset costs about 30 steps). Medians of the alternating runs. Then PPO (``--ppo-minutes`` per suite, state) through
 ``rlinf-trainer train``: success and return against wall time from its metrics.jsonl.
 
     python benchmarks/sim_suites.py [--steps 1600] [--camera-steps 240] [--repeats 5] [--ppo-minutes 3] [--out FILE]
@@ -163,9 +165,8 @@ def our_env(env_id: str, kwargs: dict) -> Stepper:
 
 
 def time_envs(envs: list, actions: np.ndarray) -> float:
-    """Env steps/s of ``envs`` stepped one after another through ``actions`` [T, N, A]."""
-    for env in envs:
-        env.reset()
+    """Env steps/s of ``envs`` stepped one after another through ``actions`` [T, N, A], going on from
+    where the last call left them (episode ends reset inside the timing, as in the vector env)."""
     start = time.perf_counter()
     for step in actions:
         for env, action in zip(envs, step):
@@ -209,6 +210,8 @@ def local_rates(suite: str, camera: bool, steps: int, n: int, repeats: int) -> d
     if suite == "gymnasium":
         actions *= 2.0  # Pendulum's torque bounds
     rates: dict[str, list[float]] = {"raw": [], "adapter": []}
+    for env in (*raw, *ours):  # once: then every path runs the same schedule as vector_rate's
+        env.reset()
     time_envs(raw, actions[:10]), time_envs(ours, actions[:10])  # warm-up: renderers, caches
     for _ in range(repeats):
         rates["raw"].append(time_envs(raw, actions))

@@ -21,9 +21,12 @@ import numpy as np
 from protos import ContractError, EnvSpec
 from protos.batch import ChunkResult, VectorEnv, concat_obs, stack_obs
 from sim_envs.registry import VECTOR_SUITE_IDS, check_env_id, load_entry_point, make_suite_env
-from sim_envs.vector_worker import EnvSlot, play_chunks, reset_slots
+from sim_envs.vector_worker import EnvSlot, play_chunks, receive, reset_slots
 
 _WORKER_MAIN = "from sim_envs.vector_worker import main; main()"
+# How long the parent and each worker poll for the other's answer before blocking (see
+# ``vector_worker.receive``), when the workers and the parent have a core each.
+SPIN_WAIT_S = 0.002
 
 
 def check_interpreter(python: str, role: str) -> None:
@@ -35,7 +38,11 @@ def check_interpreter(python: str, role: str) -> None:
 
 
 class SimVectorEnv:
-    """N copies of one sim env behind the batched env contract."""
+    """N copies of one sim env behind the batched env contract.
+
+    ``spin_wait_s``: how long the parent and each subprocess worker poll for the other before they
+    block; ``None`` spins ``SPIN_WAIT_S`` where the workers and the parent have a core each, else 0.
+    """
 
     def __init__(
         self,
@@ -46,6 +53,7 @@ class SimVectorEnv:
         num_workers: int | None = None,
         env_config: dict[str, Any] | None = None,
         python: str = "",
+        spin_wait_s: float | None = None,
     ) -> None:
         if num_envs < 1:
             raise ValueError(f"num_envs must be >= 1, got {num_envs}")
@@ -55,6 +63,9 @@ class SimVectorEnv:
             raise ValueError(f"a worker interpreter (python={python!r}) needs backend='subprocess'")
         if python:
             check_interpreter(python, "worker interpreter")
+        if spin_wait_s is not None and not 0 <= spin_wait_s <= 0.1:
+            raise ValueError(f"spin_wait_s must be in [0, 0.1] seconds, got {spin_wait_s}")
+        self.spin_wait_s = spin_wait_s
         self.env_id, self.num_envs, self.backend = env_id, num_envs, backend
         self.python = python or sys.executable
         config = dict(env_config or {})
@@ -74,6 +85,8 @@ class SimVectorEnv:
         num_workers = max(1, min(num_workers, self.num_envs))
         counts = [len(part) for part in np.array_split(np.arange(self.num_envs), num_workers)]
         self._conns, self._procs, self._counts = [], [], counts
+        if self.spin_wait_s is None:  # spin only where every process has a core of its own
+            self.spin_wait_s = SPIN_WAIT_S if num_workers + 1 <= (os.cpu_count() or 1) else 0.0
         for count in counts:
             parent_sock, child_sock = socket.socketpair()
             proc = subprocess.Popen(
@@ -83,7 +96,7 @@ class SimVectorEnv:
             )
             child_sock.close()
             conn = Connection(parent_sock.detach())
-            conn.send((self.env_id, config, count))
+            conn.send((self.env_id, config, count, self.spin_wait_s))
             self._conns.append(conn)
             self._procs.append(proc)
         specs = [self._receive(conn) for conn in self._conns]
@@ -91,7 +104,7 @@ class SimVectorEnv:
 
     def _receive(self, conn) -> Any:
         try:
-            status, payload = conn.recv()
+            status, payload = receive(conn, self.spin_wait_s or 0.0)
         except EOFError:
             raise RuntimeError("a sim worker process died; see its stderr above") from None
         if status == "error":

@@ -1,8 +1,15 @@
+import multiprocessing
+import threading
+import time
+
 import numpy as np
 import pytest
 
 import sim_envs
 from protos import ContractError
+from sim_envs import vector
+from sim_envs.vector import SimVectorEnv
+from sim_envs.vector_worker import receive
 
 
 def random_chunks(spec, num_envs, chunk, steps, seed=0):
@@ -87,3 +94,52 @@ def test_subprocess_workers_start_without_writing_to_stderr():
     result = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120)
     assert result.returncode == 0, result.stderr[-500:]
     assert result.stderr.strip() == ""
+
+
+def test_a_spinning_worker_gives_the_same_results_as_a_blocking_one():
+    config = {"cameras": (), "max_episode_steps": 6}
+    blocking = SimVectorEnv("rlinf/FrankaPush-v0", 2, backend="subprocess", env_config=config, spin_wait_s=0)
+    spinning = SimVectorEnv(
+        "rlinf/FrankaPush-v0", 2, backend="subprocess", env_config=config, spin_wait_s=0.002
+    )
+    try:
+        np.testing.assert_allclose(blocking.reset(seed=3)[0]["state"], spinning.reset(seed=3)[0]["state"])
+        for actions in random_chunks(blocking.spec, 2, 3, 4):
+            a, b = blocking.chunk_step(actions), spinning.chunk_step(actions)
+            np.testing.assert_allclose(a.obs["state"], b.obs["state"], atol=1e-6)
+            np.testing.assert_array_equal(a.valid, b.valid)
+    finally:
+        blocking.close()
+        spinning.close()
+
+
+@pytest.mark.parametrize(("cpus", "workers", "spins"), [(2, 1, True), (2, 2, False), (16, 8, True)])
+def test_workers_spin_only_where_each_process_has_a_core(monkeypatch, cpus, workers, spins):
+    monkeypatch.setattr(vector.os, "cpu_count", lambda: cpus)
+    venv = SimVectorEnv("rlinf/FrankaReach-v0", workers, backend="subprocess", num_workers=workers,
+                        env_config={"cameras": ()})  # fmt: skip
+    try:
+        assert venv.spin_wait_s == (vector.SPIN_WAIT_S if spins else 0.0)
+    finally:
+        venv.close()
+
+
+def test_a_spinning_receive_polls_on_a_core_and_a_blocking_one_sleeps():
+    def wait_for_a_late_message(spin_s: float) -> tuple[object, float]:
+        ours, theirs = multiprocessing.Pipe()
+        sender = threading.Timer(0.15, theirs.send, args=(("ok", 7),))
+        sender.start()
+        cpu = time.thread_time()
+        message = receive(ours, spin_s)
+        sender.join()
+        return message, time.thread_time() - cpu
+
+    blocked, blocked_cpu = wait_for_a_late_message(0.0)
+    spun, spun_cpu = wait_for_a_late_message(0.05)  # spins 50 ms, then blocks for the rest
+    assert blocked == spun == ("ok", 7)
+    assert spun_cpu > 0.02 > blocked_cpu
+
+
+def test_a_spin_wait_outside_its_range_is_refused():
+    with pytest.raises(ValueError, match=r"spin_wait_s must be in \[0, 0.1\] seconds, got 1.0"):
+        SimVectorEnv("rlinf/FrankaReach-v0", 1, backend="subprocess", spin_wait_s=1.0)
