@@ -1,7 +1,9 @@
 """Sim-to-real on FrankaPickLift: which lever closes the gap to "the real robot"?
 
 The real robot is the sim twin under a reality-gap profile (``--gap PROFILE.json``; default: the
-``REALITY_GAP`` dynamics: friction x0.7, cube mass x1.5, actuator gain x0.8, 40 ms latency), run by
+``REALITY_GAP`` dynamics: friction x0.7, cube mass x1.5, actuator gain x0.8, 40 ms latency, which a
+state policy crosses at 0.67-1.00; ``benchmarks/gaps/hard_dynamics.json``: friction x0.4, cube mass
+x2.5, actuator gain x0.55, 40 ms, where sim-only PPO drops to 0.38), run by
 ``rlinf-robot connect --robot sim-twin`` agent processes over the real gRPC link, at its real 10 Hz.
 Every arm trains a state policy (7-D end-effector actions, the cube's pose in the state) for the same
 wall-clock budget, then its final policy is evaluated greedily on twins over the link:
@@ -18,7 +20,8 @@ wall-clock budget, then its final policy is evaluated greedily on twins over the
 Reported per arm and seed: twin success over ``--eval-episodes``, robot episodes used, robot episodes
 until the robots' training success reached 80 % (rolling over 10), and the sysid fit.
 
-    python benchmarks/sim_to_real.py [--minutes 8] [--seeds 3] [--eval-episodes 50] [--arms ...]
+    python benchmarks/sim_to_real.py [--minutes 8] [--seeds 3] [--first-seed 0] [--eval-episodes 50]
+        [--gap benchmarks/gaps/hard_dynamics.json] [--arms ...] [--update]
 """
 
 from __future__ import annotations
@@ -159,32 +162,28 @@ def train_with_twins(
 
 def collect_twin_episodes(work: Path, count: int, twins: int, gap: dict) -> Path:
     """``count`` random-action twin episodes over the link (``serve`` collect mode)."""
-    import asyncio
-
     from protos.lerobot_reader import read_info
     from trainer.server.serve import serve
 
     root = work / "robot_episodes"
     config = serve_config(work, "collect.policy=random", f"collect.episodes_per_robot={-(-count // twins)}")
-    ready, state = threading.Event(), {}
-
-    def run() -> None:
-        async def main() -> None:
-            state["stop"], state["loop"] = asyncio.Event(), asyncio.get_running_loop()
-            await serve(config, state["stop"], on_started=lambda s: (state.update(port=s.port), ready.set()))
-
-        asyncio.run(main())
-
-    thread = threading.Thread(target=run, daemon=True)
+    ready, stop, state = threading.Event(), threading.Event(), {}
+    thread = threading.Thread(
+        target=serve, args=(config, stop), kwargs={"on_started": lambda s: (state.update(port=s.port), ready.set())},
+        daemon=True,
+    )  # fmt: skip
     thread.start()
-    ready.wait(60)
+    if not ready.wait(60):
+        raise BenchmarkError("serve (collect mode) did not start listening within 60 s")
     fleet = TwinFleet(state["port"], twins, gap, work / "twins", "sysid")
     try:
         while not (root / "meta" / "info.json").is_file() or read_info(root)["total_episodes"] < count:
+            if not thread.is_alive():
+                raise BenchmarkError("serve (collect mode) stopped before the sysid episodes were in")
             time.sleep(1.0)
     finally:
         fleet.stop()
-        state["loop"].call_soon_threadsafe(state["stop"].set)
+        stop.set()
         thread.join(60)
     return root
 
@@ -305,6 +304,9 @@ def main() -> int:
     )
     parser.add_argument("--minutes", type=float, default=8.0, help="training wall-clock budget per arm")
     parser.add_argument("--seeds", type=int, default=3)
+    parser.add_argument(
+        "--first-seed", type=int, default=0, help="seeds first-seed .. first-seed + seeds - 1"
+    )
     parser.add_argument("--eval-episodes", type=int, default=50)
     parser.add_argument("--eval-twins", type=int, default=5, help="twin agents evaluating at once")
     parser.add_argument("--sysid-episodes", type=int, default=20)
@@ -313,7 +315,9 @@ def main() -> int:
     parser.add_argument("--work", type=Path, default=Path("runs/bench-sim-to-real"))
     parser.add_argument("--out", type=Path, default=RESULTS / "sim_to_real.json")
     parser.add_argument(
-        "--update", action="store_true", help="keep --out's other runs, replace these arms' rows"
+        "--update",
+        action="store_true",
+        help="keep --out's other runs, replace these arms' rows for these seeds",
     )
     args = parser.parse_args()
     try:
@@ -324,13 +328,21 @@ def main() -> int:
     except BenchmarkError as exc:
         print(f"sim_to_real: {exc}", file=sys.stderr)
         return 2
-    shutil.rmtree(args.work, ignore_errors=True)
     rows = []
-    if args.update and args.out.is_file():
-        rows = [r for r in json.loads(args.out.read_text())["runs"] if r["arm"] not in args.arms]
-    for seed in range(args.seeds):
-        finetune_from = None
+    seeds = range(args.first_seed, args.first_seed + args.seeds)
+    if args.update and args.out.is_file():  # keep the other runs' rows, and their runs (a finetune's start)
+        rows = [
+            r
+            for r in json.loads(args.out.read_text())["runs"]
+            if r["arm"] not in args.arms or r["seed"] not in seeds
+        ]
+    else:
+        shutil.rmtree(args.work, ignore_errors=True)
+    for seed in seeds:
+        kept = [Path(r["policy"]) for r in rows if r["arm"] == "sim_nominal" and r["seed"] == seed]
+        finetune_from = kept[0] if kept and kept[0].is_dir() else None
         for arm in args.arms:
+            shutil.rmtree(args.work / f"{arm}-{seed}", ignore_errors=True)
             row = run_arm(arm, seed, args, gap, args.work / f"{arm}-{seed}", finetune_from)
             if arm == "sim_nominal":
                 finetune_from = Path(row["policy"])
