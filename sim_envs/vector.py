@@ -65,7 +65,7 @@ class SimVectorEnv:
             check_interpreter(python, "worker interpreter")
         if spin_wait_s is not None and not 0 <= spin_wait_s <= 0.1:
             raise ValueError(f"spin_wait_s must be in [0, 0.1] seconds, got {spin_wait_s}")
-        self.spin_wait_s = spin_wait_s
+        self.spin_wait_s = spin_wait_s  # None: chosen with the workers (_start_workers)
         self.env_id, self.num_envs, self.backend = env_id, num_envs, backend
         self.python = python or sys.executable
         config = dict(env_config or {})
@@ -104,7 +104,7 @@ class SimVectorEnv:
 
     def _receive(self, conn) -> Any:
         try:
-            status, payload = receive(conn, self.spin_wait_s or 0.0)
+            status, payload = receive(conn, self.spin_wait_s)
         except EOFError:
             raise RuntimeError("a sim worker process died; see its stderr above") from None
         if status == "error":
