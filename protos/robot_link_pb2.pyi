@@ -329,7 +329,7 @@ class ActionChunk(_message.Message):
     def __init__(self, obs_seq: _Optional[int] = ..., chunk_len: _Optional[int] = ..., action_dim: _Optional[int] = ..., values: _Optional[_Iterable[float]] = ..., max_age_ms: _Optional[int] = ..., policy_version: _Optional[int] = ...) -> None: ...
 
 class Command(_message.Message):
-    __slots__ = ("kind", "seed", "instruction", "mode", "episode_id")
+    __slots__ = ("kind", "seed", "instruction", "mode", "episode_id", "reason")
     class Kind(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
         __slots__ = ()
         KIND_UNSPECIFIED: _ClassVar[Command.Kind]
@@ -351,12 +351,14 @@ class Command(_message.Message):
     INSTRUCTION_FIELD_NUMBER: _ClassVar[int]
     MODE_FIELD_NUMBER: _ClassVar[int]
     EPISODE_ID_FIELD_NUMBER: _ClassVar[int]
+    REASON_FIELD_NUMBER: _ClassVar[int]
     kind: Command.Kind
     seed: int
     instruction: str
     mode: Mode
     episode_id: str
-    def __init__(self, kind: _Optional[_Union[Command.Kind, str]] = ..., seed: _Optional[int] = ..., instruction: _Optional[str] = ..., mode: _Optional[_Union[Mode, str]] = ..., episode_id: _Optional[str] = ...) -> None: ...
+    reason: str
+    def __init__(self, kind: _Optional[_Union[Command.Kind, str]] = ..., seed: _Optional[int] = ..., instruction: _Optional[str] = ..., mode: _Optional[_Union[Mode, str]] = ..., episode_id: _Optional[str] = ..., reason: _Optional[str] = ...) -> None: ...
 
 class Ack(_message.Message):
     __slots__ = ("episode_id", "status")

@@ -413,7 +413,10 @@ class ControlLoop:
         if kind == pb.Command.START_EPISODE:
             self._start_episode(command)
         elif kind == pb.Command.STOP_EPISODE:
-            self._end_episode(pb.EpisodeEvent.ENDED, "stopped by the trainer")
+            if command.reason:  # the trainer gave up on the episode: a fault, never a success
+                self._end_episode(pb.EpisodeEvent.ABORTED, f"trainer: {command.reason}")
+            else:
+                self._end_episode(pb.EpisodeEvent.ENDED, "stopped by the trainer")
         elif kind == pb.Command.HOLD:
             self.queue.clear()
             self._enter_hold("hold command")

@@ -435,3 +435,48 @@ def test_a_corrupt_measured_pose_holds_the_robot_and_aborts_instead_of_sending_i
     finally:
         agent.stop()
         server.stop()
+
+
+def test_a_policy_slower_than_its_chunk_stalls_the_episode_which_is_stopped_aborted_with_the_reason(tmp_path):
+    server = start_server()
+    agent = start_agent(server.server.port, tmp_path)
+    try:
+        session = server.call(server.server.wait_for_robot("twin-0", timeout=30))
+
+        async def slow_policy(observation):  # 300 ms per answer, for a 1-action chunk (50 ms at 20 Hz)
+            await asyncio.sleep(0.3)
+            return np.asarray([UP], np.float32)
+
+        end = server.call(run_episode(session, slow_policy, stall_timeout_s=1.5), timeout=60)
+        assert end.kind == pb.EpisodeEvent.ABORTED and not end.success and not end.robot_left
+        assert (
+            "arrive stale" in end.reason and "answers in 3" in end.reason and "50 ms at 20 Hz" in end.reason
+        )
+        assert end.num_steps == 0  # no chunk ran: the robot only held
+        # The robot is free for the next episode: a policy that keeps up runs it to its end.
+        end = server.call(run_episode(session, constant_policy(UP)), timeout=60)
+        assert end.kind == pb.EpisodeEvent.ENDED and end.num_steps > 0
+    finally:
+        agent.stop()
+        server.stop()
+
+
+def test_after_one_slow_answer_the_trainer_answers_the_newest_observation_and_the_episode_runs_on(tmp_path):
+    server = start_server()
+    agent = start_agent(server.server.port, tmp_path, driver={"max_episode_steps": 40})
+    try:
+        session = server.call(server.server.wait_for_robot("twin-0", timeout=30))
+        answers = 0
+
+        async def once_slow_policy(observation):  # 600 ms once (a backlog of ~12 ticks), then 60 ms
+            nonlocal answers
+            answers += 1
+            await asyncio.sleep(0.6 if answers == 1 else 0.06)
+            return np.asarray([UP] * 3, np.float32)  # a chunk of 3 lasts 150 ms at 20 Hz
+
+        # Answering the backlog oldest first kept every answer a tick late, and the episode stalled.
+        end = server.call(run_episode(session, once_slow_policy, stall_timeout_s=3.0), timeout=60)
+        assert end.kind == pb.EpisodeEvent.ENDED and end.num_steps == 40, end
+    finally:
+        agent.stop()
+        server.stop()

@@ -16,6 +16,7 @@ import av
 import numpy as np
 import pandas as pd
 import pytest
+import torch
 
 from protos import robot_link_pb2 as pb
 from protos import robot_link_pb2_grpc as pb_grpc
@@ -272,9 +273,12 @@ def test_a_killed_agent_is_aborted_the_other_continues_and_its_spool_replays_onc
     assert (episodes["source"] == "robot:survivor").sum() >= 3
 
 
+# Each policy's chunk must outlast its answer, or every chunk arrives stale and the robot holds. The
+# tiny VLA decodes its chunk token by token (~40 ms here, 2-3x that on a loaded 2-core CI box): a
+# chunk of 3 at 10 Hz leaves it 300 ms; a chunk of 2 at 20 Hz (100 ms) left the episode stalled.
 EVAL_POLICIES = {
-    "cnn": {"kind": "cnn", "cameras": ["front"], "hidden_sizes": [32], "cnn_channels": [8]},
-    "vla": {"kind": "vla", "cameras": ["front"], "chunk_size": 2},  # a tiny VLA, token head
+    "cnn": ({"kind": "cnn", "cameras": ["front"], "hidden_sizes": [32], "cnn_channels": [8]}, 20.0),
+    "vla": ({"kind": "vla", "cameras": ["front"], "chunk_size": 3}, 10.0),  # a tiny VLA, token head
 }
 
 
@@ -284,9 +288,11 @@ def test_eval_mode_runs_a_saved_policy_and_reports_success_statistics(tmp_path, 
     from policies.factory import make_policy
     from robot_agent.drivers import make_driver
 
-    twin = {"task": "reach", "control_hz": 20.0, "image_size": 64, **SHORT}
+    policy_config, control_hz = EVAL_POLICIES[kind]
+    twin = {"task": "reach", "control_hz": control_hz, "image_size": 64, **SHORT}
     driver = make_driver("sim-twin", twin)
-    policy = make_policy(driver.spec, PolicyConfig(**EVAL_POLICIES[kind]))
+    torch.manual_seed(0)  # some random inits answer one constant action greedily; this one does not
+    policy = make_policy(driver.spec, PolicyConfig(**policy_config))
     driver.close()
     path = tmp_path / "policy"
     policy.save(path)

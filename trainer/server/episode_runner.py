@@ -11,7 +11,9 @@ answers each new step, receding horizon) and :class:`~trainer.server.remote_env.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import inspect
+import logging
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 
@@ -19,6 +21,8 @@ import numpy as np
 
 from protos import robot_link_pb2 as pb
 from trainer.server.session import RobotSession, RobotUnavailable
+
+log = logging.getLogger(__name__)
 
 # A remote policy: the newest observation in, an action chunk ``[chunk, action_dim]`` (or one action)
 # out. It may be a coroutine function, so that heavy work (decoding, inference) runs off the loop.
@@ -130,6 +134,7 @@ class LiveEpisode:
         played: list[pb.Observation] = []
         wanted = len(actions) if replan_after is None else min(replan_after, len(actions))
         while True:
+            held = False
             for observation in await session.observations_after(last_seq, timeout=self.step_timeout_s):
                 last_seq = observation.seq
                 if observation.episode_id != self.episode_id:  # ended without a newer step
@@ -143,13 +148,14 @@ class LiveEpisode:
                     if len(played) == wanted:
                         return ChunkOutcome(played, None, latest=observation)
                 elif observation.holding:
-                    self.last = observation
-                    if replan_after is not None:  # the robot ran dry: answer it with a fresh chunk
-                        return ChunkOutcome(played, None, latest=observation)
-                    # The chunk missed its tick or ran dry: answer the newest observation with the rest.
-                    session.send_actions(
-                        actions[len(played) :], observation.seq, policy_version=self.policy_version
-                    )
+                    self.last, held = observation, True
+            if not held:
+                continue
+            # The chunk missed its tick or ran dry. Answer the newest observation of the batch, never an
+            # older one: an answer to a backlogged observation is stale on arrival, and so is the next.
+            if replan_after is not None:  # a fresh chunk from the policy
+                return ChunkOutcome(played, None, latest=self.last)
+            session.send_actions(actions[len(played) :], self.last.seq, policy_version=self.policy_version)
 
     async def _finish(self, played: list[pb.Observation]) -> ChunkOutcome:
         end = await self._end_event()
@@ -176,19 +182,49 @@ async def run_episode(
     seed: int = 0,
     step_timeout_s: float = 5.0,
     policy_version: int = 0,
+    stall_timeout_s: float = 15.0,
 ) -> EpisodeEnd:
     """Run one episode to its end, the policy answering every new step; how it ended (``ENDED`` or
-    ``ABORTED``). Raises :class:`RobotUnavailable` or a timeout if the robot never starts it."""
+    ``ABORTED``). Raises :class:`RobotUnavailable` or a timeout if the robot never starts it.
+
+    An episode in which the robot takes no step for ``stall_timeout_s`` (it holds: every chunk came
+    too late for its ticks) is stopped and ends ``ABORTED``, its reason naming the policy's latency."""
+    loop = asyncio.get_running_loop()
     episode = LiveEpisode(session, step_timeout_s, step_timeout_s, policy_version)
     observation = await episode.start(seed)
     dim = session.spec.action.dim
+    last_step_at = loop.time()
     while True:
+        asked_at = loop.time()
         actions = policy(observation)
         if inspect.isawaitable(actions):
             actions = await actions
-        outcome = await episode.play(np.asarray(actions, np.float32).reshape(-1, dim), replan_after=1)
+        actions = np.asarray(actions, np.float32).reshape(-1, dim)
+        answer_s = loop.time() - asked_at
+        outcome = await episode.play(actions, replan_after=1)
         if outcome.done:
             assert outcome.end is not None
             return EpisodeEnd(outcome.end, robot_left=outcome.robot_left)
         assert outcome.latest is not None
         observation = outcome.latest
+        if outcome.observations:
+            last_step_at = loop.time()
+        elif loop.time() - last_step_at > stall_timeout_s:
+            return await _stop_stalled(episode, answer_s, len(actions), stall_timeout_s)
+
+
+async def _stop_stalled(episode: LiveEpisode, answer_s: float, chunk: int, stalled_s: float) -> EpisodeEnd:
+    """Stop an episode whose robot has held for ``stalled_s``: ``ABORTED``, saying why."""
+    hz = episode.session.spec.control_hz
+    reason = (
+        f"no step in {stalled_s:.0f} s: the policy answers in {answer_s * 1000:.0f} ms, but a chunk of "
+        f"{chunk} lasts {chunk / hz * 1000:.0f} ms at {hz:g} Hz, so its chunks arrive stale and the robot "
+        "holds (use a longer chunk, a lower control rate or a faster device)"
+    )
+    log.warning("robot %s: %s", episode.session.robot_id, reason)
+    with contextlib.suppress(RobotUnavailable):  # gone already: the abort is made below
+        episode.session.send_command(pb.Command.STOP_EPISODE, reason=reason)
+    end = await episode._end_event()
+    if end is None:  # the agent said nothing (or left): the abort is made here
+        end = pb.EpisodeEvent(kind=pb.EpisodeEvent.ABORTED, episode_id=episode.episode_id, reason=reason)
+    return EpisodeEnd(end, robot_left=episode.session.state == "disconnected")

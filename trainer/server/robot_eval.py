@@ -49,6 +49,8 @@ class Evaluation:
                 return
             if end.kind == pb.EpisodeEvent.ABORTED:
                 record["aborted"] += 1
+                self._write()
+                log.warning("eval %s: episode aborted (%s)", session.robot_id, end.reason)
                 if end.robot_left:
                     return
                 continue
