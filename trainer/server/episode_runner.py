@@ -147,9 +147,10 @@ class LiveEpisode:
                         return await self._finish(played)
                     if len(played) == wanted:
                         return ChunkOutcome(played, None, latest=observation)
+                    held = False  # a late chunk ran after all
                 elif observation.holding:
                     self.last, held = observation, True
-            if not held:
+            if not held:  # the newest observation of the batch is a step: the chunk runs on
                 continue
             # The chunk missed its tick or ran dry. Answer the newest observation of the batch, never an
             # older one: an answer to a backlogged observation is stale on arrival, and so is the next.
