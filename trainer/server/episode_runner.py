@@ -158,6 +158,15 @@ class LiveEpisode:
                 return ChunkOutcome(played, None, latest=self.last)
             session.send_actions(actions[len(played) :], self.last.seq, policy_version=self.policy_version)
 
+    async def abort(self, reason: str) -> EpisodeEnd:
+        """Stop the episode on the robot as ``ABORTED`` with ``reason``; how it ended."""
+        with contextlib.suppress(RobotUnavailable):  # gone already: the abort is made below
+            self.session.send_command(pb.Command.STOP_EPISODE, reason=reason)
+        end = await self._end_event()
+        if end is None:  # the agent said nothing (or left): the abort is made here
+            end = pb.EpisodeEvent(kind=pb.EpisodeEvent.ABORTED, episode_id=self.episode_id, reason=reason)
+        return EpisodeEnd(end, robot_left=self.session.state == "disconnected")
+
     async def _finish(self, played: list[pb.Observation]) -> ChunkOutcome:
         end = await self._end_event()
         aborted = end is not None and end.kind == pb.EpisodeEvent.ABORTED
@@ -211,21 +220,15 @@ async def run_episode(
         if outcome.observations:
             last_step_at = loop.time()
         elif loop.time() - last_step_at > stall_timeout_s:
-            return await _stop_stalled(episode, answer_s, len(actions), stall_timeout_s)
+            reason = _stall_reason(stall_timeout_s, answer_s, len(actions), session.spec.control_hz)
+            log.warning("robot %s: %s", session.robot_id, reason)
+            return await episode.abort(reason)
 
 
-async def _stop_stalled(episode: LiveEpisode, answer_s: float, chunk: int, stalled_s: float) -> EpisodeEnd:
-    """Stop an episode whose robot has held for ``stalled_s``: ``ABORTED``, saying why."""
-    hz = episode.session.spec.control_hz
-    reason = (
+def _stall_reason(stalled_s: float, answer_s: float, chunk: int, hz: float) -> str:
+    """Why an episode whose robot held for ``stalled_s`` is stopped, with the policy's numbers."""
+    return (
         f"no step in {stalled_s:.0f} s: the policy answers in {answer_s * 1000:.0f} ms, but a chunk of "
         f"{chunk} lasts {chunk / hz * 1000:.0f} ms at {hz:g} Hz, so its chunks arrive stale and the robot "
         "holds (use a longer chunk, a lower control rate or a faster device)"
     )
-    log.warning("robot %s: %s", episode.session.robot_id, reason)
-    with contextlib.suppress(RobotUnavailable):  # gone already: the abort is made below
-        episode.session.send_command(pb.Command.STOP_EPISODE, reason=reason)
-    end = await episode._end_event()
-    if end is None:  # the agent said nothing (or left): the abort is made here
-        end = pb.EpisodeEvent(kind=pb.EpisodeEvent.ABORTED, episode_id=episode.episode_id, reason=reason)
-    return EpisodeEnd(end, robot_left=episode.session.state == "disconnected")
