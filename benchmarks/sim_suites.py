@@ -15,8 +15,10 @@ with state only and, where the suite renders, one 128 px camera, the same random
     env of the main venv, the inline backend. The target: vector keeps >= 0.85 of raw.
 Every path runs one schedule: a reset, 10 warm-up steps, then ``--repeats`` runs that go on from
 where the last left off, so each run of raw, adapter and vector holds the same episode ends and
-resets (a MetaWorld reset costs about 30 steps). Medians of the alternating runs. Then PPO (``--ppo-minutes`` per suite, state) through
-``rlinf-trainer train``: success and return against wall time from its metrics.jsonl.
+resets (a MetaWorld reset costs about 30 steps). All paths are built first and then timed in rounds
+of one run each, so a drift in this shared machine's speed lands on all of them; medians of the
+rounds. Then PPO (``--ppo-minutes`` per suite, state) through ``rlinf-trainer train``: success and
+return against wall time from its metrics.jsonl.
 
     python benchmarks/sim_suites.py [--steps 1600] [--camera-steps 240] [--repeats 5] [--ppo-minutes 3] [--out FILE]
 """
@@ -174,8 +176,10 @@ def time_envs(envs: list, actions: np.ndarray) -> float:
     return actions.shape[0] * len(envs) / (time.perf_counter() - start)
 
 
-def local_rates(suite: str, camera: bool, steps: int, n: int, repeats: int) -> dict[str, list[float]]:
-    """Raw and adapter rates in this interpreter, alternating repeats."""
+def serve_local_runs(suite: str, camera: bool, steps: int, n: int) -> None:
+    """Raw and adapter envs in this interpreter, kept alive: each line "run" on stdin times one run of
+    each (raw first) and prints their rates as one JSON line, so the parent can alternate these runs
+    with its vector env's on a machine whose speed drifts."""
     import sim_envs  # noqa: F401  picks the GL backend before mujoco is imported
 
     s = SUITES[suite]
@@ -209,45 +213,99 @@ def local_rates(suite: str, camera: bool, steps: int, n: int, repeats: int) -> d
     actions = np.random.default_rng(0).uniform(-1, 1, (steps // n, n, dim)).astype(np.float32)
     if suite == "gymnasium":
         actions *= 2.0  # Pendulum's torque bounds
-    rates: dict[str, list[float]] = {"raw": [], "adapter": []}
-    for env in (*raw, *ours):  # once: then every path runs the same schedule as vector_rate's
+    for env in (*raw, *ours):  # once: then every path runs the same schedule as VectorRuns'
         env.reset()
     time_envs(raw, actions[:10]), time_envs(ours, actions[:10])  # warm-up: renderers, caches
-    for _ in range(repeats):
-        rates["raw"].append(time_envs(raw, actions))
-        rates["adapter"].append(time_envs(ours, actions))
-    return rates
+    print("ready", flush=True)
+    for line in sys.stdin:
+        if line.strip() == "run":
+            rates = {"raw": time_envs(raw, actions), "adapter": time_envs(ours, actions)}
+            print(json.dumps(rates), flush=True)
+
+
+class LocalRuns:
+    """The suite's raw and adapter envs in a process of the suite's interpreter (``serve_local_runs``)."""
+
+    def __init__(self, suite: str, camera: bool, steps: int, n: int) -> None:
+        python = SUITES[suite]["python"] or sys.executable
+        self.proc = subprocess.Popen(
+            [python, __file__, "--local", suite, str(int(camera)), "--steps", str(steps), "--envs", str(n)],
+            cwd=ROOT, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
+            env={**os.environ, "MUJOCO_GL": "egl"},
+        )  # fmt: skip
+        self._expect("ready")
+
+    def _expect(self, what: str) -> str:
+        line = self.proc.stdout.readline()
+        if not line:
+            raise RuntimeError(f"the {what} step of the suite's raw-env process failed (its stderr is above)")
+        return line
+
+    def run_once(self) -> dict[str, float]:
+        self.proc.stdin.write("run\n")
+        self.proc.stdin.flush()
+        return json.loads(self._expect("timing"))
+
+    def close(self) -> None:
+        self.proc.stdin.close()
+        self.proc.wait(timeout=60)
 
 
 # -- in the main interpreter: the vector env and PPO --------------------------------------------
-def vector_rate(suite: str, camera: bool, steps: int, n: int, repeats: int, workers: int) -> list[float]:
-    """``workers`` subprocess workers (from the suite's venv); 0: the inline backend in this process."""
-    import sim_envs
+class VectorRuns:
+    """``workers`` subprocess workers (from the suite's venv); 0: the inline backend in this process.
+    Built, reset and warmed up once; each ``run_once`` goes on from where the last left off."""
 
+    def __init__(self, suite: str, camera: bool, steps: int, n: int, workers: int) -> None:
+        import sim_envs
+
+        s = SUITES[suite]
+        kwargs = dict(s["kwargs"])
+        if camera and suite == "maniskill":
+            kwargs.update(obs_mode="rgb", image_size=128)
+        elif camera:
+            kwargs.update(cameras=[s["camera"]], image_size=128)
+        if workers:
+            kwargs.update(backend="subprocess", num_workers=workers, python=s["python"])
+        self.n = n
+        self.venv = sim_envs.make_vector(s["env_id"], n, **kwargs)
+        dim = self.venv.spec.action.dim
+        low, high = np.asarray(self.venv.spec.action.low), np.asarray(self.venv.spec.action.high)
+        self.actions = np.random.default_rng(0).uniform(low, high, (steps // n, n, 1, dim)).astype(np.float32)
+        self.venv.reset(seed=0)
+        for chunk in self.actions[:10]:
+            self.venv.chunk_step(chunk)
+
+    def run_once(self) -> float:
+        start = time.perf_counter()
+        for chunk in self.actions:
+            self.venv.chunk_step(chunk)
+        return self.actions.shape[0] * self.n / (time.perf_counter() - start)
+
+    def close(self) -> None:
+        self.venv.close()
+
+
+def alternating_rates(suite: str, camera: bool, steps: int, n: int, repeats: int) -> dict[str, list[float]]:
+    """Every path built once, then ``repeats`` rounds of one run each: raw, adapter, then the vector
+    envs. A drift in the machine's speed then lands on every path alike, not on the one timed last."""
     s = SUITES[suite]
-    kwargs = dict(s["kwargs"])
-    if camera and suite == "maniskill":
-        kwargs.update(obs_mode="rgb", image_size=128)
-    elif camera:
-        kwargs.update(cameras=[s["camera"]], image_size=128)
-    if workers:
-        kwargs.update(backend="subprocess", num_workers=workers, python=s["python"])
-    venv = sim_envs.make_vector(s["env_id"], n, **kwargs)
-    dim = venv.spec.action.dim
-    low, high = np.asarray(venv.spec.action.low), np.asarray(venv.spec.action.high)
-    actions = np.random.default_rng(0).uniform(low, high, (steps // n, n, 1, dim)).astype(np.float32)
-    rates = []
+    # A suite with its own venv steps in subprocess workers: one (the raw loop's compute) and two
+    # (as train runs on 2 cores). One from the main venv steps inline.
+    vector_paths = (("vector", 1), ("vector_2_workers", 2)) if s["python"] else (("vector", 0),)
+    local = LocalRuns(suite, camera, steps, n)
+    vectors = {name: VectorRuns(suite, camera, steps, n, workers) for name, workers in vector_paths}
+    rates: dict[str, list[float]] = {"raw": [], "adapter": [], **{name: [] for name in vectors}}
     try:
-        venv.reset(seed=0)
-        for chunk in actions[:10]:
-            venv.chunk_step(chunk)
         for _ in range(repeats):
-            start = time.perf_counter()
-            for chunk in actions:
-                venv.chunk_step(chunk)
-            rates.append(actions.shape[0] * n / (time.perf_counter() - start))
+            for name, rate in local.run_once().items():
+                rates[name].append(rate)
+            for name, runs in vectors.items():
+                rates[name].append(runs.run_once())
     finally:
-        venv.close()
+        local.close()
+        for runs in vectors.values():
+            runs.close()
     return rates
 
 
@@ -289,9 +347,8 @@ def main() -> None:
     )
     parser.add_argument("--local", nargs=2, metavar=("SUITE", "CAMERA"), help=argparse.SUPPRESS)
     args = parser.parse_args()
-    if args.local:  # run by main() in the suite's interpreter
-        rates = local_rates(args.local[0], args.local[1] == "1", args.steps, args.envs, args.repeats)
-        print(json.dumps(rates))
+    if args.local:  # run by LocalRuns in the suite's interpreter
+        serve_local_runs(args.local[0], args.local[1] == "1", args.steps, args.envs)
         return
     for suite, python in (
         ("metaworld", METAWORLD_PYTHON),
@@ -312,20 +369,8 @@ def main() -> None:
             }
         }
         for camera in (False, True) if s["camera"] else (False,):
-            python = s["python"] or sys.executable
             steps = args.camera_steps if camera else args.steps
-            local = subprocess.run(
-                [python, __file__, "--local", suite, str(int(camera)), "--steps", str(steps),
-                 "--envs", str(args.envs), "--repeats", str(args.repeats)],
-                cwd=ROOT, check=True, capture_output=True, text=True, env={**os.environ, "MUJOCO_GL": "egl"},
-            )  # fmt: skip
-            rates = json.loads(local.stdout.strip().splitlines()[-1])
-            # A suite with its own venv steps in subprocess workers: one (the raw loop's compute) and
-            # two (as train runs on 2 cores). One from the main venv steps inline.
-            for name, workers in (
-                (("vector", 1), ("vector_2_workers", 2)) if s["python"] else (("vector", 0),)
-            ):
-                rates[name] = vector_rate(suite, camera, steps, args.envs, args.repeats, workers)
+            rates = alternating_rates(suite, camera, steps, args.envs, args.repeats)
             medians = {k: statistics.median(v) for k, v in rates.items()}
             row = {
                 **{f"{k}_steps_per_s": round(v, 1) for k, v in medians.items()},

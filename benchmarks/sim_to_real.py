@@ -160,13 +160,15 @@ def train_with_twins(
     return latest_checkpoint(work / "run") / POLICY_DIR
 
 
-def collect_twin_episodes(work: Path, count: int, twins: int, gap: dict) -> Path:
-    """``count`` random-action twin episodes over the link (``serve`` collect mode)."""
+def collect_twin_episodes(work: Path, count: int, twins: int, gap: dict, seed: int) -> Path:
+    """``count`` random-action twin episodes over the link (``serve`` collect mode); each benchmark seed
+    collects episodes of its own (resets and actions from ``collect.seed``)."""
     from protos.lerobot_reader import read_info
     from trainer.server.serve import serve
 
     root = work / "robot_episodes"
-    config = serve_config(work, "collect.policy=random", f"collect.episodes_per_robot={-(-count // twins)}")
+    config = serve_config(work, "collect.policy=random", f"collect.episodes_per_robot={-(-count // twins)}",
+                          f"collect.seed={seed * 1000}")  # fmt: skip
     ready, stop, state = threading.Event(), threading.Event(), {}
     thread = threading.Thread(
         target=serve, args=(config, stop), kwargs={"on_started": lambda s: (state.update(port=s.port), ready.set())},
@@ -224,7 +226,7 @@ def run_arm(arm: str, seed: int, args, gap: dict, work: Path, finetune_from: Pat
     elif arm == "sim_dr":
         policy = train_in_sim(work, args.minutes, seed, f"{SIM_KWARGS}, randomization: {DR}")
     elif arm == "sim_sysid":
-        dataset = collect_twin_episodes(work / "sysid", args.sysid_episodes, 2, gap)
+        dataset = collect_twin_episodes(work / "sysid", args.sysid_episodes, 2, gap, seed)
         physics, fit = fit_physics(work, dataset)
         row["sysid"] = {"params": json.loads(physics.read_text())["params"], "error_before": fit["error_before"],
                         "error_after": fit["error_after"], "robot_episodes": args.sysid_episodes}  # fmt: skip

@@ -109,6 +109,9 @@ def test_two_agents_stream_and_record_five_episodes_each(tmp_path):
     assert episodes["episode_id"].is_unique and not episodes["aborted"].any()
     assert episodes["length"].tolist() == [20] * 10 and len(frames) == 200
     assert frames["index"].tolist() == list(range(200))
+    # Every episode has a seed of its own, on either robot: no two play the same random actions.
+    first_actions = frames.groupby("episode_index")["action"].first()
+    assert len({tuple(np.round(a, 6)) for a in first_actions}) == 10
     assert {"action", "complementary_info.policy_action", "intervention", "next.reward"} <= set(
         frames.columns
     )
@@ -299,18 +302,28 @@ def test_eval_mode_runs_a_saved_policy_and_reports_success_statistics(tmp_path, 
     served = ServeThread(
         tmp_path, "server.mode=eval", f"eval.policy_path={path}", "eval.episodes_per_robot=3"
     )
-    agent = start_agent(served.server.port, tmp_path / "spool", driver=twin)
+    robots = ("twin-0", "twin-1")
+    agents = [start_agent(served.server.port, tmp_path / r, robot_id=r, driver=twin) for r in robots]
     results = tmp_path / "tb" / "eval.json"
+
+    def evaluated() -> bool:
+        rows = json.loads(results.read_text())["robots"] if results.exists() else {}
+        return all(rows.get(r, {}).get("episodes") == 3 for r in robots)
+
     try:
-        wait_until(lambda: results.exists() and json.loads(results.read_text())["robots"]["twin-0"]["episodes"] == 3,
-                   timeout=120, what="three evaluated episodes")  # fmt: skip
+        wait_until(evaluated, timeout=120, what="three evaluated episodes on each robot")
     finally:
-        agent.stop()
+        for agent in agents:
+            agent.stop()
         served.stop()
-    record = json.loads(results.read_text())["robots"]["twin-0"]
-    assert record["success_rate"] == record["successes"] / 3
+    for robot in robots:
+        record = json.loads(results.read_text())["robots"][robot]
+        assert record["success_rate"] == record["successes"] / 3
     _, episodes, frames = dataset(tmp_path / "ds")  # eval episodes are recorded too
-    assert len(episodes) == 3 and len(frames) == 60
+    assert len(episodes) == 6 and len(frames) == 120
+    # Each robot has reset seeds of its own: the six episodes start from six different targets.
+    first_states = frames.groupby("episode_index")["observation.state"].first()
+    assert len({tuple(np.round(s, 5)) for s in first_states}) == 6
     # The recorded actions are the policy's (within its bounds), not the collect mode's random ones.
     executed = np.stack(frames["complementary_info.policy_action"].to_numpy())
     assert np.abs(executed).max() <= 1.0 and executed.std() > 0

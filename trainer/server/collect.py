@@ -4,7 +4,9 @@ hold, for teleoperated demonstrations), every one recorded."""
 from __future__ import annotations
 
 import asyncio
+import itertools
 import logging
+from collections.abc import Iterator
 
 import numpy as np
 
@@ -32,14 +34,23 @@ def collect_policy(config: ServeConfig, dim: int, seed: int):
     return policy
 
 
-async def collect(session: RobotSession, config: ServeConfig, stop: asyncio.Event) -> None:
-    """Episodes back to back on one robot, until it leaves, the quota is met, or the server stops."""
+def episode_seeds(config: ServeConfig) -> Iterator[int]:
+    """One server-wide sequence from ``collect.seed``: no two episodes, on any robots, share a seed (a
+    per-robot count would give every robot the same resets and random actions)."""
+    return itertools.count(config.collect.seed)
+
+
+async def collect(
+    session: RobotSession, config: ServeConfig, stop: asyncio.Event, seeds: Iterator[int]
+) -> None:
+    """Episodes back to back on one robot, until it leaves, the quota is met, or the server stops.
+    Each episode's seed (its reset and random actions) is the next of ``seeds``."""
     episode = 0
     while not stop.is_set():
         if config.collect.episodes_per_robot and episode >= config.collect.episodes_per_robot:
             log.info("robot %s: %d episodes collected", session.robot_id, episode)
             return
-        seed = config.collect.seed + episode
+        seed = next(seeds)
         try:
             end = await run_episode(session, collect_policy(config, session.spec.action.dim, seed), seed=seed)
         except (RobotUnavailable, asyncio.TimeoutError):

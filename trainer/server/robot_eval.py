@@ -14,6 +14,10 @@ from trainer.server.session import RobotSession, RobotUnavailable
 
 log = logging.getLogger(__name__)
 
+# Robot k (in the order robots first reach this evaluation) plays reset seeds k * stride, k * stride + 1,
+# ...: no two robots replay one reset, and the set of seeds is the same from run to run.
+EVAL_SEED_STRIDE = 100_000
+
 
 class Evaluation:
     """Runs a fixed policy on each robot and keeps per-robot success statistics in a JSON file."""
@@ -31,6 +35,11 @@ class Evaluation:
         path = Path(config.eval.results_file or Path(config.log_dir) / "eval.json")
         return cls(config.eval.policy_path, config.eval.episodes_per_robot, config.eval.greedy, path)
 
+    def episode_seed(self, robot_id: str) -> int:
+        """The reset seed of ``robot_id``'s next episode (see ``EVAL_SEED_STRIDE``)."""
+        record = self.results[robot_id]
+        return list(self.results).index(robot_id) * EVAL_SEED_STRIDE + record["episodes"] + record["aborted"]
+
     async def run(self, session: RobotSession, stop: asyncio.Event) -> None:
         problem = self.driver.incompatibility(session)
         if problem:
@@ -42,7 +51,7 @@ class Evaluation:
                 end = await run_episode(
                     session,
                     self.driver.remote_policy(session),
-                    seed=record["episodes"] + record["aborted"],
+                    seed=self.episode_seed(session.robot_id),
                     policy_version=self.driver.version,
                 )
             except (RobotUnavailable, asyncio.TimeoutError):

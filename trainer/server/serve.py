@@ -15,7 +15,7 @@ import logging
 import signal
 import threading
 
-from trainer.server.collect import collect
+from trainer.server.collect import collect, episode_seeds
 from trainer.server.config import ServeConfig
 from trainer.server.console import Console
 from trainer.server.link_hosting import HostedLink
@@ -34,7 +34,8 @@ def serve(config: ServeConfig, stop: threading.Event, on_started=None) -> LinkSe
         evaluation = Evaluation.from_config(config)
         on_session = lambda session: evaluation.run(session, hosted.stop_event)  # noqa: E731
     else:
-        on_session = lambda session: collect(session, config, hosted.stop_event)  # noqa: E731
+        seeds = episode_seeds(config)
+        on_session = lambda session: collect(session, config, hosted.stop_event, seeds)  # noqa: E731
     with HostedLink(config, on_session) as hosted:
         if on_started is not None:
             on_started(hosted.server)
