@@ -18,7 +18,7 @@ needs root; this kernel has no netem) at 10 Gb/s, 1 Gb/s and 100 Mb/s. On a shap
 stands for another host, our raw frames go in-band (no ring). Figures: round trip p50/p99 and, at
 30 Hz, ticks whose answer came later than the period.
 
-    sudo python benchmarks/link_compare.py [--requests 300] [--links loopback,10gbit,1gbit,100mbit]
+    sudo python benchmarks/link_compare.py [--requests 300] [--links loopback,10gbit,1gbit,100mbit] [--rounds 3]
 """
 
 from __future__ import annotations
@@ -32,6 +32,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from functools import partial
 from pathlib import Path
 
 import numpy as np
@@ -81,6 +82,24 @@ def peer_python(name: str, pins: list[str], no_deps: tuple[str, ...] = ()) -> Pa
     subprocess.run([str(python), "-m", "pip", "install", "-q", *pins], check=True)
     stamp.write_text(wanted)
     return python
+
+
+def median_of_rounds(figures: list[dict]) -> dict:
+    """One side's figures over the rounds: the median of each round's p50 and p99, late ticks summed,
+    and each round's p50 kept. A side that failed in any round is reported failed."""
+    failed = [f["failed"] for f in figures if "failed" in f]
+    if failed:
+        return {"failed": failed[0]}
+    if len(figures) == 1:
+        return figures[0]
+    merged = dict(figures[-1])  # the last round's other fields (n, frames, ...)
+    for key in ("p50_ms", "p99_ms"):
+        merged[key] = float(np.median([f[key] for f in figures]))
+    for key in ("late_over_33ms", "missed_ticks", "dropped"):
+        if key in merged:
+            merged[key] = int(sum(f[key] for f in figures))
+    merged["round_p50s_ms"] = [round(f["p50_ms"], 3) for f in figures]
+    return merged
 
 
 def run_peer(peer: str, prefix: list[str], python: Path, requests: int, hz: float) -> dict:
@@ -162,6 +181,9 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--requests", type=int, default=300, help="lockstep requests per peer and link")
     parser.add_argument("--links", default="loopback,10gbit,1gbit,100mbit")
+    parser.add_argument(
+        "--rounds", type=int, default=1, help="runs of every side per link, alternating; medians reported"
+    )
     parser.add_argument("--out", type=Path, default=RESULTS / "link_compare.json")
     parser.add_argument("--ours", nargs=3, help=argparse.SUPPRESS)
     args = parser.parse_args()
@@ -180,20 +202,23 @@ def main() -> None:
             print(f"{link}: skipped ({why_not})")
             results["links"][link] = {"skipped": why_not}
             continue
-        row = {
-            "openpi_lockstep": run_peer("openpi", prefix, openpi, args.requests, 0.0),
-            "openpi_30hz": run_peer("openpi", prefix, openpi, args.requests, 30.0),
-            "lerobot_lockstep": run_peer("lerobot", prefix, lerobot, args.requests, 0.0),
-            "lerobot_30hz": run_peer("lerobot", prefix, lerobot, args.requests, 30.0),
-            "ours_raw_in_band_30hz": run_ours(prefix, "raw", 0, duration),
-            "ours_jpeg_30hz": run_ours(prefix, "jpeg", 0, duration),
+        runs = {
+            "openpi_lockstep": partial(run_peer, "openpi", prefix, openpi, args.requests, 0.0),
+            "openpi_30hz": partial(run_peer, "openpi", prefix, openpi, args.requests, 30.0),
+            "lerobot_lockstep": partial(run_peer, "lerobot", prefix, lerobot, args.requests, 0.0),
+            "lerobot_30hz": partial(run_peer, "lerobot", prefix, lerobot, args.requests, 30.0),
+            "ours_raw_in_band_30hz": partial(run_ours, prefix, "raw", 0, duration),
+            "ours_jpeg_30hz": partial(run_ours, prefix, "jpeg", 0, duration),
             # The default: on this host the frame ring; on a shaped link (another host) no ring.
-            "ours_auto_30hz": run_ours(prefix, "auto", 0 if prefix else 16, duration),
+            "ours_auto_30hz": partial(run_ours, prefix, "auto", 0 if prefix else 16, duration),
         }
         if link == "loopback":
-            row["ours_raw_ring_30hz"] = run_ours(prefix, "raw", 16, duration)
+            runs["ours_raw_ring_30hz"] = partial(run_ours, prefix, "raw", 16, duration)
+        # Rounds of one run of each: a drift in this shared machine's speed lands on every side alike.
+        rounds = [{name: run() for name, run in runs.items()} for _ in range(args.rounds)]
         if prefix:
             delete_namespace(NAMESPACE)
+        row = {name: median_of_rounds([r[name] for r in rounds]) for name in runs}
         results["links"][link] = row
         for name, figures in row.items():
             if "failed" in figures:

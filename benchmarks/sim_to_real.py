@@ -11,7 +11,8 @@ wall-clock budget, then its final policy is evaluated greedily on twins over the
 - ``sim_nominal``: PPO on the nominal sim only;
 - ``sim_dr``: PPO on the sim with domain randomisation of the dynamics (ranges that cover the gap);
 - ``sim_sysid``: PPO on the sim with the physics ``rlinf-calibrate sysid`` fitted from ``--sysid-episodes``
-  twin episodes (random actions, collected over the link; they count as robot episodes);
+  twin episodes (collected over the link: random actions on one twin, teleoperated grasps by the
+  scripted expert on the other (``--sysid-expert-twins``); they count as robot episodes);
 - ``cotrain_scratch`` / ``cotrain_finetune``: ``serve server.mode=train``, PPO on 16 sim envs + 2 twins
   (robot weight 2), from scratch / from ``sim_nominal``'s final policy;
 - ``twin_only``: RLPD on 2 twins alone, from 20 scripted demonstrations (real-world RL as HIL-SERL;
@@ -43,6 +44,9 @@ ROOT = Path(__file__).resolve().parents[1]
 RESULTS = Path(__file__).with_name("results")
 ARMS = ("sim_nominal", "sim_dr", "sim_sysid", "cotrain_scratch", "cotrain_finetune", "twin_only")
 SIM_KWARGS = "cameras: [], action_rotation: true, privileged_state: true"
+# --sim-robot-limits: the sim applies the twin agents' safety limits (the agent's defaults: 3 cm steps,
+# 0.2 rad, a target at most 3 cm ahead of the TCP), as the robots apply them.
+ROBOT_LIMITS = "max_step_translation_m: 0.03, max_step_rotation_rad: 0.2, max_target_lead_m: 0.03"
 # Domain randomisation for sim_dr: generic ranges around nominal that a user would pick.
 DR = "{friction_scale: [0.5, 1.2], object_mass_scale: [0.5, 2.0], actuator_gain_scale: [0.7, 1.2], control_latency_ms: [0.0, 60.0]}"
 
@@ -67,19 +71,24 @@ def load_gap(path: Path | None) -> dict:
 
 # -- the "real robots" -------------------------------------------------------------------------
 class TwinFleet:
-    """``count`` twin agents as ``rlinf-robot connect`` processes dialling into ``port``."""
+    """``count`` twin agents as ``rlinf-robot connect`` processes dialling into ``port``. The first
+    ``experts`` of them carry the sim's scripted expert as a teleop device that drives every tick (a
+    person teleoperating the robot: grasps and lifts, whatever the trainer sends)."""
 
-    def __init__(self, port: int, count: int, gap: dict, work: Path, prefix: str) -> None:
+    def __init__(self, port: int, count: int, gap: dict, work: Path, prefix: str, experts: int = 0) -> None:
         work.mkdir(parents=True, exist_ok=True)
         exe = str(Path(sys.executable).with_name("rlinf-robot"))
         self.processes = []
         for i in range(count):
             robot_id = f"{prefix}-{i}"
             config = work / f"{robot_id}.json"
-            config.write_text(json.dumps({
+            sections = {
                 "driver": {"task": "pick_lift", "cameras": [], "privileged_state": True, "randomization": gap},
                 "agent": {"spool_dir": str(work / f"spool-{robot_id}")},
-            }))  # fmt: skip
+            }  # fmt: skip
+            if i < experts:
+                sections["teleop"] = {"kind": "expert", "mode": "always"}
+            config.write_text(json.dumps(sections))
             command = [exe, "connect", "--server", f"127.0.0.1:{port}", "--robot", "sim-twin", "--insecure",
                        "--robot-config", str(config), "--robot-id", robot_id]  # fmt: skip
             log = open(work / f"{robot_id}.log", "w")  # noqa: SIM115 (closed with the process)
@@ -160,9 +169,10 @@ def train_with_twins(
     return latest_checkpoint(work / "run") / POLICY_DIR
 
 
-def collect_twin_episodes(work: Path, count: int, twins: int, gap: dict, seed: int) -> Path:
-    """``count`` random-action twin episodes over the link (``serve`` collect mode); each benchmark seed
-    collects episodes of its own (resets and actions from ``collect.seed``)."""
+def collect_twin_episodes(work: Path, count: int, twins: int, gap: dict, seed: int, experts: int = 0) -> Path:
+    """``count`` twin episodes over the link (``serve`` collect mode): random actions, and on the first
+    ``experts`` twins teleoperated grasps. Each benchmark seed collects episodes of its own (resets and
+    actions from ``collect.seed``)."""
     from protos.lerobot_reader import read_info
     from trainer.server.serve import serve
 
@@ -177,7 +187,7 @@ def collect_twin_episodes(work: Path, count: int, twins: int, gap: dict, seed: i
     thread.start()
     if not ready.wait(60):
         raise BenchmarkError("serve (collect mode) did not start listening within 60 s")
-    fleet = TwinFleet(state["port"], twins, gap, work / "twins", "sysid")
+    fleet = TwinFleet(state["port"], twins, gap, work / "twins", "sysid", experts)
     try:
         while not (root / "meta" / "info.json").is_file() or read_info(root)["total_episodes"] < count:
             if not thread.is_alive():
@@ -220,20 +230,23 @@ def robot_learning_curve(dataset: Path, demo_episodes: int = 0) -> dict:
 
 def run_arm(arm: str, seed: int, args, gap: dict, work: Path, finetune_from: Path | None) -> dict:
     tick = time.monotonic()
+    sim_kwargs = f"{SIM_KWARGS}, {ROBOT_LIMITS}" if args.sim_robot_limits else SIM_KWARGS
     row: dict = {"arm": arm, "seed": seed}
     if arm == "sim_nominal":
-        policy = train_in_sim(work, args.minutes, seed, SIM_KWARGS)
+        policy = train_in_sim(work, args.minutes, seed, sim_kwargs)
     elif arm == "sim_dr":
-        policy = train_in_sim(work, args.minutes, seed, f"{SIM_KWARGS}, randomization: {DR}")
+        policy = train_in_sim(work, args.minutes, seed, f"{sim_kwargs}, randomization: {DR}")
     elif arm == "sim_sysid":
-        dataset = collect_twin_episodes(work / "sysid", args.sysid_episodes, 2, gap, seed)
+        dataset = collect_twin_episodes(
+            work / "sysid", args.sysid_episodes, 2, gap, seed, args.sysid_expert_twins
+        )
         physics, fit = fit_physics(work, dataset)
         row["sysid"] = {"params": json.loads(physics.read_text())["params"], "error_before": fit["error_before"],
                         "error_after": fit["error_after"], "robot_episodes": args.sysid_episodes}  # fmt: skip
         row["robot_episodes"] = args.sysid_episodes
-        policy = train_in_sim(work, args.minutes, seed, f"{SIM_KWARGS}, physics_file: {physics}")
+        policy = train_in_sim(work, args.minutes, seed, f"{sim_kwargs}, physics_file: {physics}")
     elif arm in ("cotrain_scratch", "cotrain_finetune"):
-        overrides = ["env.num_envs=16", f"env.kwargs={{{SIM_KWARGS}}}"]
+        overrides = ["env.num_envs=16", f"env.kwargs={{{sim_kwargs}}}"]
         if arm == "cotrain_finetune":
             if finetune_from is None:
                 raise BenchmarkError("cotrain_finetune needs the sim_nominal arm first (same seed)")
@@ -244,7 +257,7 @@ def run_arm(arm: str, seed: int, args, gap: dict, work: Path, finetune_from: Pat
     elif arm == "twin_only":
         # RLPD as HIL-SERL runs it: 20 demonstrations (here the sim's scripted expert stands in for a
         # human's teleop), then RL on the robots alone; the pool's one sim env has weight 0.
-        overrides = ["env.num_envs=1", f"env.kwargs={{{SIM_KWARGS}}}", "algo.learning_starts=400"]
+        overrides = ["env.num_envs=1", f"env.kwargs={{{sim_kwargs}}}", "algo.learning_starts=400"]
         policy = train_with_twins(
             work, args.minutes, seed, gap, 2, overrides, config="rlpd_pick_lift", sim_weight=0.0
         )
@@ -312,6 +325,19 @@ def main() -> int:
     parser.add_argument("--eval-episodes", type=int, default=50)
     parser.add_argument("--eval-twins", type=int, default=5, help="twin agents evaluating at once")
     parser.add_argument("--sysid-episodes", type=int, default=20)
+    parser.add_argument(
+        "--sim-robot-limits",
+        action="store_true",
+        help="the sim applies the twin agents' safety limits (step length, target lead) as they do",
+    )
+    parser.add_argument(
+        "--sysid-expert-twins",
+        type=int,
+        default=1,
+        choices=(0, 1, 2),
+        help="of the 2 twins that record the sysid episodes, how many are teleoperated (grasps, which "
+        "the cube's friction and mass show in; random actions seldom touch the cube)",
+    )
     parser.add_argument("--arms", nargs="+", default=list(ARMS))
     parser.add_argument("--gap", type=Path, help="the twin's reality gap: a JSON of randomisation keys")
     parser.add_argument("--work", type=Path, default=Path("runs/bench-sim-to-real"))
@@ -321,7 +347,14 @@ def main() -> int:
         action="store_true",
         help="keep --out's other runs, replace these arms' rows for these seeds",
     )
+    parser.add_argument(
+        "--reevaluate",
+        action="store_true",
+        help="evaluate --out's saved policies of these arms and seeds again on the twins (no training)",
+    )
     args = parser.parse_args()
+    if args.reevaluate:
+        return reevaluate(args)
     try:
         gap = load_gap(args.gap)
         unknown = [a for a in args.arms if a not in ARMS]
@@ -352,6 +385,37 @@ def main() -> int:
             write(args, gap, rows)
     summary = write(args, gap, rows)
     print(json.dumps(summary, indent=2))
+    return 0
+
+
+def reevaluate(args) -> int:
+    """The saved policies in ``--out``'s rows (of ``--arms``, seeds from ``--first-seed``), evaluated
+    again on twins with the gap they were trained against; the old figures are kept beside the new."""
+    if not args.out.is_file():
+        print(f"sim_to_real: --reevaluate needs a result file, and {args.out} is not one", file=sys.stderr)
+        return 2
+    result = json.loads(args.out.read_text())
+    seeds = range(args.first_seed, args.first_seed + args.seeds)
+    for row in result["runs"]:
+        if row["arm"] not in args.arms or row["seed"] not in seeds:
+            continue
+        work = Path(result["settings"]["work"]) / f"{row['arm']}-{row['seed']}" / "reeval"
+        shutil.rmtree(work, ignore_errors=True)
+        previous = row.pop("twin_eval")
+        row["twin_eval"] = evaluate_on_twins(
+            Path(row["policy"]), args.eval_episodes, args.eval_twins, result["gap"], work
+        )
+        row.setdefault("twin_eval_before_reevaluation", previous)
+        print(f"{row['arm']} seed {row['seed']}: twin success {previous['success_rate']:.2f} -> "
+              f"{row['twin_eval']['success_rate']:.2f}", flush=True)  # fmt: skip
+        result["summary"] = summarise(result["runs"])
+        result["settings"]["reevaluated"] = {"eval_episodes": args.eval_episodes, "eval_twins": args.eval_twins,
+                                             "why": "each twin now resets from seeds of its own"}  # fmt: skip
+        from protos.atomic_files import write_atomic
+
+        write_atomic(args.out, json.dumps(result, indent=2) + "\n")
+        plot(result["summary"], args.out.with_suffix(".png"))
+    print(json.dumps(result["summary"], indent=2))
     return 0
 
 

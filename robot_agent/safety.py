@@ -200,12 +200,12 @@ class SafetyFilter:
     ) -> None:  # fmt: skip
         cfg, prefix = self.config, arm.scaling.prefix
         base = measured if commanded is None else np.asarray(commanded.position, np.float64)
-        delta = _cap_norm(safe[arm.translation] * arm.scaling.max_translation_m, cfg.max_translation_m)
+        delta = franka.cap_norm(safe[arm.translation] * arm.scaling.max_translation_m, cfg.max_translation_m)
         if not np.allclose(delta, safe[arm.translation] * arm.scaling.max_translation_m):
             events.append(f"clipped:{prefix}translation")
         # Within the lead of the measured TCP: a stalled or lagging arm cannot store up a jump. The
         # step is shortened along its own direction; only a target already too far ahead is pulled back.
-        target = base + _shorten_into_ball(base - measured, delta, cfg.max_target_lead_m)
+        target = base + franka.shorten_into_ball(base - measured, delta, cfg.max_target_lead_m)
         if not np.allclose(target, base + delta):
             events.append(f"clipped:{prefix}lead")
         # Inside the box. Brake: where the TCP is (or is heading) past a wall, that wall moves in by as
@@ -217,7 +217,9 @@ class SafetyFilter:
         if not np.allclose(boxed, target):
             events.append(f"clipped:{prefix}workspace")
         # The target itself moves at most one step, so the controller never sees a jump.
-        safe[arm.translation] = _cap_norm(boxed - base, cfg.max_translation_m) / arm.scaling.max_translation_m
+        safe[arm.translation] = (
+            franka.cap_norm(boxed - base, cfg.max_translation_m) / arm.scaling.max_translation_m
+        )
 
     def _limit_rotation(
         self, index: int, arm: _ArmLayout, safe: np.ndarray, state: np.ndarray,
@@ -226,7 +228,7 @@ class SafetyFilter:
         cfg, prefix = self.config, arm.scaling.prefix
         rotvec = safe[arm.rotation] * arm.scaling.max_rotation_rad
         if float(np.linalg.norm(rotvec)) > cfg.max_rotation_rad:
-            rotvec = _cap_norm(rotvec, cfg.max_rotation_rad)
+            rotvec = franka.cap_norm(rotvec, cfg.max_rotation_rad)
             events.append(f"clipped:{prefix}rotation")
         if arm.tcp_quat is None:  # no measured orientation: the per-step limit is all we can do
             safe[arm.rotation] = rotvec / arm.scaling.max_rotation_rad
@@ -242,25 +244,8 @@ class SafetyFilter:
         led = limit_rotation(target, measured, cfg.max_rotation_lead_rad)
         if led is not target:
             events.append(f"clipped:{prefix}rotation_lead")
-        step = _cap_norm(matrix_to_rotvec(led @ base.T), cfg.max_rotation_rad)
+        step = franka.cap_norm(matrix_to_rotvec(led @ base.T), cfg.max_rotation_rad)
         safe[arm.rotation] = step / arm.scaling.max_rotation_rad
-
-
-def _shorten_into_ball(offset: np.ndarray, step: np.ndarray, radius: float) -> np.ndarray:
-    """The longest part ``t * step`` (0 <= t <= 1) that keeps ``offset + t * step`` within ``radius``
-    of the origin; if ``offset`` is already outside, the step that brings it back onto the sphere."""
-    if float(np.linalg.norm(offset)) > radius:
-        return _cap_norm(offset, radius) - offset
-    a, b, c = float(step @ step), 2.0 * float(offset @ step), float(offset @ offset) - radius**2
-    if a == 0.0 or a + b + c <= 0.0:  # no step, or its end is inside
-        return step
-    t = (-b + np.sqrt(max(b * b - 4 * a * c, 0.0))) / (2 * a)
-    return step * min(1.0, max(0.0, t))
-
-
-def _cap_norm(vector: np.ndarray, max_norm: float) -> np.ndarray:
-    norm = float(np.linalg.norm(vector))
-    return vector * (max_norm / norm) if norm > max_norm else vector
 
 
 __all__ = ["ArmScaling", "ContractError", "SafetyConfig", "SafetyFilter", "TcpPose"]

@@ -63,6 +63,15 @@ class FrankaEnvConfig:
     action_rotation: bool = True
     max_translation_m: float = 0.05
     max_rotation_rad: float = 0.3
+    # The robot agent's safety limits, applied as it applies them (protos.franka's helpers), so a
+    # policy learns to move as the guarded robot will: a step at most ``safety.max_translation_m`` /
+    # ``max_rotation_rad`` long (0.03 m, 0.2 rad by default; a longer one keeps its direction) and a
+    # target at most ``safety.max_target_lead_m`` (0.03 m) ahead of the measured TCP, which on an arm
+    # that lags its target (a weak actuator) sets its speed. 0: no such limit (the sim's own
+    # controller keeps a target within franka.TARGET_LEAD_M per axis).
+    max_step_translation_m: float = 0.0
+    max_step_rotation_rad: float = 0.0
+    max_target_lead_m: float = 0.0
     cameras: tuple[str, ...] = CAMERAS
     image_height: int = 128
     image_width: int = 128
@@ -92,6 +101,9 @@ class FrankaEnvConfig:
             )
         if self.reward_type not in ("dense", "sparse"):
             raise ValueError(f"reward_type must be 'dense' or 'sparse', got {self.reward_type!r}")
+        for name in ("max_step_translation_m", "max_step_rotation_rad", "max_target_lead_m"):
+            if getattr(self, name) < 0:
+                raise ValueError(f"{name} must be >= 0 (0: no limit), got {getattr(self, name)}")
         unknown = [c for c in self.cameras if c not in CAMERAS]
         if unknown:
             raise ValueError(f"unknown camera {unknown[0]!r}; this scene has {list(CAMERAS)}")
@@ -355,12 +367,19 @@ class FrankaEnv(gym.Env):
             return ArmCommand(action[:7].astype(np.float64), None, gripper)
         # Deltas accumulate on the previous target, kept in the workspace box and close to the TCP.
         delta = action[:3].astype(np.float64) * self.cfg.max_translation_m
+        if self.cfg.max_step_translation_m > 0:
+            delta = franka.cap_norm(delta, self.cfg.max_step_translation_m)
+        if self.cfg.max_target_lead_m > 0:
+            lead = self._command.arm_target - self.scene.tcp_pos
+            delta = franka.shorten_into_ball(lead, delta, self.cfg.max_target_lead_m)
         target_pos = np.clip(self._command.arm_target + delta, WORKSPACE_LOW, WORKSPACE_HIGH)
         tcp = self.scene.tcp_pos
         target_pos = tcp + np.clip(target_pos - tcp, -MAX_TARGET_LEAD_M, MAX_TARGET_LEAD_M)
         target_quat = self._command.tcp_quat
         if self.cfg.action_rotation:
             rotvec = action[3:6].astype(np.float64) * self.cfg.max_rotation_rad  # world-frame axis-angle
+            if self.cfg.max_step_rotation_rad > 0:
+                rotvec = franka.cap_norm(rotvec, self.cfg.max_step_rotation_rad)
             angle = float(np.linalg.norm(rotvec))
             if angle > 1e-9:
                 delta_quat, rotated = np.zeros(4), np.zeros(4)
