@@ -256,7 +256,9 @@ def test_with_the_robots_limits_the_sim_moves_its_target_as_the_agents_safety_fi
     )  # fmt: skip
     free = sim_envs.make("rlinf/FrankaPickLift-v0", **kwargs)
     scale = limited.unwrapped.cfg
-    safety = SafetyFilter(limited.env_spec, (ArmScaling(scale.max_translation_m, scale.max_rotation_rad),), limits)
+    safety = SafetyFilter(
+        limited.env_spec, (ArmScaling(scale.max_translation_m, scale.max_rotation_rad),), limits
+    )
     action = np.array([1.0, 1.0, -1.0, 0, 0, 0, 1.0], np.float32)  # 8.7 cm a step, down and away
     state, _ = limited.reset(seed=0)
     free.reset(seed=0)
