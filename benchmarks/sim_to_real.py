@@ -75,7 +75,10 @@ class TwinFleet:
     ``experts`` of them carry the sim's scripted expert as a teleop device that drives every tick (a
     person teleoperating the robot: grasps and lifts, whatever the trainer sends)."""
 
-    def __init__(self, port: int, count: int, gap: dict, work: Path, prefix: str, experts: int = 0) -> None:
+    def __init__(
+        self, port: int, count: int, gap: dict, work: Path, prefix: str, experts: int = 0,
+        safety: dict | None = None,
+    ) -> None:  # fmt: skip
         work.mkdir(parents=True, exist_ok=True)
         exe = str(Path(sys.executable).with_name("rlinf-robot"))
         self.processes = []
@@ -88,6 +91,8 @@ class TwinFleet:
             }  # fmt: skip
             if i < experts:
                 sections["teleop"] = {"kind": "expert", "mode": "always"}
+            if safety:
+                sections["safety"] = safety
             config.write_text(json.dumps(sections))
             command = [exe, "connect", "--server", f"127.0.0.1:{port}", "--robot", "sim-twin", "--insecure",
                        "--robot-config", str(config), "--robot-id", robot_id]  # fmt: skip
@@ -113,13 +118,16 @@ def serve_config(work: Path, *overrides: str):
                                     f"log_dir={work / 'serve'}", *overrides])  # fmt: skip
 
 
-def evaluate_on_twins(policy: Path, episodes: int, twins: int, gap: dict, work: Path) -> dict:
-    """The policy, greedy, on ``twins`` twin agents until ``episodes`` episodes in all."""
+def evaluate_on_twins(
+    policy: Path, episodes: int, twins: int, gap: dict, work: Path, safety: dict | None = None
+) -> dict:
+    """The policy, greedy, on ``twins`` twin agents until ``episodes`` episodes in all; ``safety``
+    overrides the agents' safety limits (a diagnosis: which limit costs how much)."""
     from trainer.server.link_hosting import HostedLink, wait_for_robots
     from trainer.server.robot_eval import Evaluation, evaluate_on_robots
 
     with HostedLink(serve_config(work), mode="eval") as hosted:
-        fleet = TwinFleet(hosted.server.port, twins, gap, work / "twins", "eval")
+        fleet = TwinFleet(hosted.server.port, twins, gap, work / "twins", "eval", safety=safety)
         try:
             wait_for_robots(hosted.server, twins, 120, "eval twins")
             per_robot = -(-episodes // twins)
@@ -352,7 +360,14 @@ def main() -> int:
         action="store_true",
         help="evaluate --out's saved policies of these arms and seeds again on the twins (no training)",
     )
+    parser.add_argument(
+        "--twin-safety",
+        help="with --reevaluate: a JSON of agent safety settings for the evaluating twins, e.g. "
+        "'{\"max_target_lead_m\": 0.2}'; the figures go beside the row's own",
+    )
     args = parser.parse_args()
+    if args.twin_safety and not args.reevaluate:
+        parser.error("--twin-safety goes with --reevaluate")
     if args.reevaluate:
         return reevaluate(args)
     try:
@@ -401,6 +416,17 @@ def reevaluate(args) -> int:
             continue
         work = Path(result["settings"]["work"]) / f"{row['arm']}-{row['seed']}" / "reeval"
         shutil.rmtree(work, ignore_errors=True)
+        if args.twin_safety:  # a diagnosis, kept apart: the row's own figures stay as they are
+            safety = json.loads(args.twin_safety)
+            figures = evaluate_on_twins(Path(row["policy"]), args.eval_episodes, args.eval_twins,
+                                        result["gap"], work, safety)  # fmt: skip
+            row.setdefault("twin_eval_with_safety", {})[json.dumps(safety, sort_keys=True)] = figures
+            print(f"{row['arm']} seed {row['seed']} with safety {safety}: twin success "
+                  f"{figures['success_rate']:.2f} (default limits: {row['twin_eval']['success_rate']:.2f})")  # fmt: skip
+            from protos.atomic_files import write_atomic
+
+            write_atomic(args.out, json.dumps(result, indent=2) + "\n")
+            continue
         previous = row.pop("twin_eval")
         row["twin_eval"] = evaluate_on_twins(
             Path(row["policy"]), args.eval_episodes, args.eval_twins, result["gap"], work
