@@ -44,9 +44,6 @@ ROOT = Path(__file__).resolve().parents[1]
 RESULTS = Path(__file__).with_name("results")
 ARMS = ("sim_nominal", "sim_dr", "sim_sysid", "cotrain_scratch", "cotrain_finetune", "twin_only")
 SIM_KWARGS = "cameras: [], action_rotation: true, privileged_state: true"
-# --sim-robot-limits: the sim applies the twin agents' safety limits (the agent's defaults: 3 cm steps,
-# 0.2 rad, a target at most 3 cm ahead of the TCP), as the robots apply them.
-ROBOT_LIMITS = "max_step_translation_m: 0.03, max_step_rotation_rad: 0.2, max_target_lead_m: 0.03"
 # Domain randomisation for sim_dr: generic ranges around nominal that a user would pick.
 DR = "{friction_scale: [0.5, 1.2], object_mass_scale: [0.5, 2.0], actuator_gain_scale: [0.7, 1.2], control_latency_ms: [0.0, 60.0]}"
 
@@ -236,9 +233,19 @@ def robot_learning_curve(dataset: Path, demo_episodes: int = 0) -> dict:
             "robot_episodes_to_80": None if to_80 is None else to_80 + demo_episodes}  # fmt: skip
 
 
+def robot_limits() -> str:
+    """``--sim-robot-limits``: the twin agents' default safety limits (step length, rotation, target
+    lead) as the sim's kwargs, so the sim applies them as the robots do."""
+    from robot_agent.safety import SafetyConfig
+
+    limits = SafetyConfig()
+    return (f"max_step_translation_m: {limits.max_translation_m}, max_step_rotation_rad: {limits.max_rotation_rad}, "
+            f"max_target_lead_m: {limits.max_target_lead_m}")  # fmt: skip
+
+
 def run_arm(arm: str, seed: int, args, gap: dict, work: Path, finetune_from: Path | None) -> dict:
     tick = time.monotonic()
-    sim_kwargs = f"{SIM_KWARGS}, {ROBOT_LIMITS}" if args.sim_robot_limits else SIM_KWARGS
+    sim_kwargs = f"{SIM_KWARGS}, {robot_limits()}" if args.sim_robot_limits else SIM_KWARGS
     row: dict = {"arm": arm, "seed": seed}
     if arm == "sim_nominal":
         policy = train_in_sim(work, args.minutes, seed, sim_kwargs)
@@ -405,40 +412,35 @@ def main() -> int:
 
 def reevaluate(args) -> int:
     """The saved policies in ``--out``'s rows (of ``--arms``, seeds from ``--first-seed``), evaluated
-    again on twins with the gap they were trained against; the old figures are kept beside the new."""
+    again on twins with the gap they were trained against; the old figures are kept beside the new.
+    With ``--twin-safety`` (a diagnosis) the figures go beside the row's own, which stay as they are."""
+    from protos.atomic_files import write_atomic
+
     if not args.out.is_file():
         print(f"sim_to_real: --reevaluate needs a result file, and {args.out} is not one", file=sys.stderr)
         return 2
     result = json.loads(args.out.read_text())
+    safety = json.loads(args.twin_safety) if args.twin_safety else None
     seeds = range(args.first_seed, args.first_seed + args.seeds)
     for row in result["runs"]:
         if row["arm"] not in args.arms or row["seed"] not in seeds:
             continue
         work = Path(result["settings"]["work"]) / f"{row['arm']}-{row['seed']}" / "reeval"
         shutil.rmtree(work, ignore_errors=True)
-        if args.twin_safety:  # a diagnosis, kept apart: the row's own figures stay as they are
-            safety = json.loads(args.twin_safety)
-            figures = evaluate_on_twins(Path(row["policy"]), args.eval_episodes, args.eval_twins,
-                                        result["gap"], work, safety)  # fmt: skip
-            row.setdefault("twin_eval_with_safety", {})[json.dumps(safety, sort_keys=True)] = figures
-            print(f"{row['arm']} seed {row['seed']} with safety {safety}: twin success "
-                  f"{figures['success_rate']:.2f} (default limits: {row['twin_eval']['success_rate']:.2f})")  # fmt: skip
-            from protos.atomic_files import write_atomic
-
-            write_atomic(args.out, json.dumps(result, indent=2) + "\n")
-            continue
-        previous = row.pop("twin_eval")
-        row["twin_eval"] = evaluate_on_twins(
-            Path(row["policy"]), args.eval_episodes, args.eval_twins, result["gap"], work
+        figures = evaluate_on_twins(
+            Path(row["policy"]), args.eval_episodes, args.eval_twins, result["gap"], work, safety
         )
-        row.setdefault("twin_eval_before_reevaluation", previous)
-        print(f"{row['arm']} seed {row['seed']}: twin success {previous['success_rate']:.2f} -> "
-              f"{row['twin_eval']['success_rate']:.2f}", flush=True)  # fmt: skip
-        result["summary"] = summarise(result["runs"])
-        result["settings"]["reevaluated"] = {"eval_episodes": args.eval_episodes, "eval_twins": args.eval_twins,
-                                             "why": "each twin now resets from seeds of its own"}  # fmt: skip
-        from protos.atomic_files import write_atomic
-
+        previous = row["twin_eval"]
+        if safety:
+            row.setdefault("twin_eval_with_safety", {})[json.dumps(safety, sort_keys=True)] = figures
+        else:
+            row["twin_eval"] = figures
+            row.setdefault("twin_eval_before_reevaluation", previous)
+            result["summary"] = summarise(result["runs"])
+            result["settings"]["reevaluated"] = {"eval_episodes": args.eval_episodes, "eval_twins": args.eval_twins,
+                                                 "why": "each twin now resets from seeds of its own"}  # fmt: skip
+        print(f"{row['arm']} seed {row['seed']}{f' with safety {safety}' if safety else ''}: twin success "
+              f"{previous['success_rate']:.2f} -> {figures['success_rate']:.2f}", flush=True)  # fmt: skip
         write_atomic(args.out, json.dumps(result, indent=2) + "\n")
         plot(result["summary"], args.out.with_suffix(".png"))
     print(json.dumps(result["summary"], indent=2))
