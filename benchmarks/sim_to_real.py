@@ -234,13 +234,11 @@ def robot_learning_curve(dataset: Path, demo_episodes: int = 0) -> dict:
 
 
 def robot_limits() -> str:
-    """``--sim-robot-limits``: the twin agents' default safety limits (step length, rotation, target
-    lead) as the sim's kwargs, so the sim applies them as the robots do."""
+    """``--sim-robot-limits``: the twin agents' default safety limits (step length and rotation,
+    target lead, orientation bound and lead) as the sim's kwargs, so the sim applies them as the robots do."""
     from robot_agent.safety import SafetyConfig
 
-    limits = SafetyConfig()
-    return (f"max_step_translation_m: {limits.max_translation_m}, max_step_rotation_rad: {limits.max_rotation_rad}, "
-            f"max_target_lead_m: {limits.max_target_lead_m}")  # fmt: skip
+    return ", ".join(f"{name}: {value}" for name, value in SafetyConfig().sim_limits().items())
 
 
 def run_arm(arm: str, seed: int, args, gap: dict, work: Path, finetune_from: Path | None) -> dict:

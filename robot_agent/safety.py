@@ -16,8 +16,8 @@ import numpy as np
 
 from protos import franka
 from protos.env_spec import EE_DELTA_POSE_GRIPPER, EnvSpec
+from protos.pose_math import guarded_rotation_step, quat_to_matrix
 from protos.validation import ContractError, validate_action
-from robot_agent.pose_math import limit_rotation, matrix_to_rotvec, quat_to_matrix, rotvec_to_matrix
 
 
 @dataclass(frozen=True)
@@ -54,6 +54,17 @@ class SafetyConfig:
                 raise ValueError(f"safety.{name} must be > 0, got {getattr(self, name)}")
         if self.max_action_age_ms <= 0:
             raise ValueError(f"safety.max_action_age_ms must be > 0, got {self.max_action_age_ms}")
+
+    def sim_limits(self) -> dict[str, float]:
+        """These limits as the MuJoCo Franka sim's ``env.kwargs`` (its ``ROBOT_LIMITS``), so a policy
+        trains in the sim under the limits the agent will hold it to on the robot."""
+        return {
+            "max_step_translation_m": self.max_translation_m,
+            "max_step_rotation_rad": self.max_rotation_rad,
+            "max_target_lead_m": self.max_target_lead_m,
+            "max_orientation_change_rad": self.max_orientation_change_rad,
+            "max_rotation_lead_rad": self.max_rotation_lead_rad,
+        }
 
 
 @dataclass(frozen=True)
@@ -227,25 +238,20 @@ class SafetyFilter:
     ) -> None:  # fmt: skip
         cfg, prefix = self.config, arm.scaling.prefix
         rotvec = safe[arm.rotation] * arm.scaling.max_rotation_rad
-        if float(np.linalg.norm(rotvec)) > cfg.max_rotation_rad:
-            rotvec = franka.cap_norm(rotvec, cfg.max_rotation_rad)
-            events.append(f"clipped:{prefix}rotation")
         if arm.tcp_quat is None:  # no measured orientation: the per-step limit is all we can do
-            safe[arm.rotation] = rotvec / arm.scaling.max_rotation_rad
+            if float(np.linalg.norm(rotvec)) > cfg.max_rotation_rad:
+                events.append(f"clipped:{prefix}rotation")
+            safe[arm.rotation] = franka.cap_norm(rotvec, cfg.max_rotation_rad) / arm.scaling.max_rotation_rad
             return
         measured = quat_to_matrix(state[arm.tcp_quat])
         if self._start_rotations[index] is None:
             self._start_rotations[index] = measured
         base = measured if commanded is None or commanded.quat is None else quat_to_matrix(commanded.quat)
-        wanted = rotvec_to_matrix(rotvec) @ base
-        target = limit_rotation(wanted, self._start_rotations[index], cfg.max_orientation_change_rad)
-        if target is not wanted:
-            events.append(f"clipped:{prefix}orientation")
-        led = limit_rotation(target, measured, cfg.max_rotation_lead_rad)
-        if led is not target:
-            events.append(f"clipped:{prefix}rotation_lead")
-        step = franka.cap_norm(matrix_to_rotvec(led @ base.T), cfg.max_rotation_rad)
+        step, clipped = guarded_rotation_step(
+            rotvec, base, self._start_rotations[index], measured,
+            cfg.max_rotation_rad, cfg.max_orientation_change_rad, cfg.max_rotation_lead_rad,
+        )  # fmt: skip
+        events.extend(f"clipped:{prefix}{limit}" for limit in clipped)
         safe[arm.rotation] = step / arm.scaling.max_rotation_rad
-
 
 __all__ = ["ArmScaling", "ContractError", "SafetyConfig", "SafetyFilter", "TcpPose"]

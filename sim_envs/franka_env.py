@@ -19,6 +19,7 @@ from protos import (
     EnvSpec,
     ee_delta_action_space,
     franka,
+    pose_math,
     validate_action,
 )
 from protos.env_spec import INSTRUCTION_CHARSET
@@ -41,6 +42,9 @@ _INSTABILITY_WARNINGS = (
     mujoco.mjtWarning.mjWARN_BADQPOS,
 )
 PROPRIO_FIELDS = franka.STATE_FIELDS
+# The robot agent's safety limits the sim can apply as the agent does (FrankaEnvConfig; 0: off).
+ROBOT_LIMITS = ("max_step_translation_m", "max_step_rotation_rad", "max_target_lead_m",
+                "max_orientation_change_rad", "max_rotation_lead_rad")  # fmt: skip
 
 
 @dataclass(frozen=True)
@@ -67,11 +71,15 @@ class FrankaEnvConfig:
     # policy learns to move as the guarded robot will: a step at most ``safety.max_translation_m`` /
     # ``max_rotation_rad`` long (0.03 m, 0.2 rad by default; a longer one keeps its direction) and a
     # target at most ``safety.max_target_lead_m`` (0.03 m) ahead of the measured TCP, which on an arm
-    # that lags its target (a weak actuator) sets its speed. 0: no such limit (the sim's own
-    # controller keeps a target within franka.TARGET_LEAD_M per axis).
+    # that lags its target (a weak actuator) sets its speed; an orientation at most
+    # ``safety.max_orientation_change_rad`` (1.6 rad) from the episode's first one and
+    # ``safety.max_rotation_lead_rad`` (0.2 rad) from the measured one. 0: no such limit (the sim's
+    # own controller keeps a target within franka.TARGET_LEAD_M per axis, and any orientation).
     max_step_translation_m: float = 0.0
     max_step_rotation_rad: float = 0.0
     max_target_lead_m: float = 0.0
+    max_orientation_change_rad: float = 0.0
+    max_rotation_lead_rad: float = 0.0
     cameras: tuple[str, ...] = CAMERAS
     image_height: int = 128
     image_width: int = 128
@@ -101,7 +109,7 @@ class FrankaEnvConfig:
             )
         if self.reward_type not in ("dense", "sparse"):
             raise ValueError(f"reward_type must be 'dense' or 'sparse', got {self.reward_type!r}")
-        for name in ("max_step_translation_m", "max_step_rotation_rad", "max_target_lead_m"):
+        for name in ROBOT_LIMITS:
             if getattr(self, name) < 0:
                 raise ValueError(f"{name} must be >= 0 (0: no limit), got {getattr(self, name)}")
         unknown = [c for c in self.cameras if c not in CAMERAS]
@@ -357,6 +365,7 @@ class FrankaEnv(gym.Env):
         open_width = panda_model.FINGER_TRAVEL
         if self.cfg.action_mode == EE_DELTA_POSE_GRIPPER:
             self._command = ArmCommand(self.scene.tcp_pos, self.scene.tcp_quat, open_width)
+            self._start_rotation = pose_math.quat_to_matrix(self.scene.tcp_quat)
         else:
             self._command = ArmCommand(self.scene.arm_qpos.copy(), None, open_width)
         self._apply_command(self._command)
@@ -378,6 +387,8 @@ class FrankaEnv(gym.Env):
         target_quat = self._command.tcp_quat
         if self.cfg.action_rotation:
             rotvec = action[3:6].astype(np.float64) * self.cfg.max_rotation_rad  # world-frame axis-angle
+            if self.cfg.max_orientation_change_rad > 0 or self.cfg.max_rotation_lead_rad > 0:
+                return ArmCommand(target_pos, self._guarded_rotation(rotvec, target_quat), gripper)
             if self.cfg.max_step_rotation_rad > 0:
                 rotvec = franka.cap_norm(rotvec, self.cfg.max_step_rotation_rad)
             angle = float(np.linalg.norm(rotvec))
@@ -387,6 +398,18 @@ class FrankaEnv(gym.Env):
                 mujoco.mju_mulQuat(rotated, delta_quat, target_quat)
                 target_quat = rotated
         return ArmCommand(target_pos, target_quat, gripper)
+
+    def _guarded_rotation(self, rotvec: np.ndarray, target_quat: np.ndarray) -> np.ndarray:
+        """The target orientation after ``rotvec`` under the agent's orientation limits (as its
+        safety filter turns the commanded orientation, from the episode's first measured one)."""
+        off = float("inf")
+        base = pose_math.quat_to_matrix(target_quat)
+        step, _ = pose_math.guarded_rotation_step(
+            rotvec, base, self._start_rotation, pose_math.quat_to_matrix(self.scene.tcp_quat),
+            self.cfg.max_step_rotation_rad or off, self.cfg.max_orientation_change_rad or off,
+            self.cfg.max_rotation_lead_rad or off,
+        )  # fmt: skip
+        return pose_math.matrix_to_quat(pose_math.rotvec_to_matrix(step) @ base)
 
     def _apply_command(self, command: ArmCommand) -> None:
         if command.tcp_quat is None:

@@ -37,7 +37,7 @@ from robot_agent.drivers.base import (
 from robot_agent.drivers.franka_homing import HomingLimits, HomingPlan, HomingRefused, plan_homing
 from robot_agent.drivers.franka_process import STATE_SIZE, TARGET_SIZE, SharedBlock, arm_main, gripper_main
 from robot_agent.drivers.setpoint_filter import SetpointFilter
-from robot_agent.pose_math import (
+from protos.pose_math import (
     matrix_to_quat,
     pose_from_column_major,
     pose_to_column_major,

@@ -6,7 +6,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from robot_agent.pose_math import matrix_to_rotvec, rotvec_to_matrix
+from protos.pose_math import matrix_to_rotvec, rotvec_to_matrix
 
 if TYPE_CHECKING:
     from robot_agent.drivers.franka import FrankaConfig

@@ -14,7 +14,7 @@ import pytest
 from protos import link_codec
 from protos import robot_link_pb2 as pb
 from protos.env_spec import CameraSpec, EnvSpec, StateField, ee_delta_action_space
-from robot_agent.pose_math import matrix_to_rotvec, quat_to_matrix
+from protos.pose_math import matrix_to_rotvec, quat_to_matrix
 from robot_agent.safety import SafetyConfig
 from tests.integration.link_harness import RawClient, answer_episode, start_agent, start_server, wait_until
 from trainer.server.auth import ServerAuthConfig

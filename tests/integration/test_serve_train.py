@@ -383,10 +383,8 @@ def test_the_cotraining_preset_fits_a_twin_robot_and_waits_for_two():
     # The sim applies the agents' default safety limits, as the agents apply them.
     from robot_agent.safety import SafetyConfig
 
-    limits, kwargs = SafetyConfig(), training.env.kwargs
-    assert (kwargs["max_step_translation_m"], kwargs["max_step_rotation_rad"], kwargs["max_target_lead_m"]) == (
-        limits.max_translation_m, limits.max_rotation_rad, limits.max_target_lead_m
-    )  # fmt: skip
+    limits = SafetyConfig().sim_limits()
+    assert {name: training.env.kwargs[name] for name in limits} == limits
     sim = make_sim_envs(replace(training, env=replace(training.env, num_envs=1, backend="inline")))
     twin = SimTwinDriver(SimTwinConfig(task="pick_lift", privileged_state=True))
     try:

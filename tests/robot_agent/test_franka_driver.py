@@ -7,7 +7,7 @@ import pytest
 
 from robot_agent.drivers import DriverError
 from robot_agent.drivers.franka import FrankaConfig, FrankaDriver, SetpointFilter
-from robot_agent.pose_math import matrix_to_quat, matrix_to_rotvec, rotvec_to_matrix
+from protos.pose_math import matrix_to_quat, matrix_to_rotvec, rotvec_to_matrix
 from tests.integration.link_harness import wait_until
 
 FAKE = "tests.robot_agent.fake_pylibfranka"

@@ -5,7 +5,7 @@ import pytest
 
 from protos import ContractError
 from protos.env_spec import ActionSpace, CameraSpec, EnvSpec, StateField, ee_delta_action_space
-from robot_agent.pose_math import matrix_to_quat, matrix_to_rotvec, quat_to_matrix, rotvec_to_matrix
+from protos.pose_math import matrix_to_quat, matrix_to_rotvec, quat_to_matrix, rotvec_to_matrix
 from robot_agent.safety import ArmScaling, SafetyConfig, SafetyFilter, TcpPose
 from robot_agent.watchdog import Watchdog
 
@@ -194,7 +194,7 @@ def test_orientation_stays_within_its_bound_of_the_episode_start_however_long_it
     for _ in range(20):  # 20 full-rate turns about z: 0.2 rad each, 4 rad asked in all
         state = state_with([0.5, 0, 0.3], measured)
         pose = TcpPose(
-            np.array([0.5, 0, 0.3]), __import__("robot_agent.pose_math").pose_math.matrix_to_quat(commanded)
+            np.array([0.5, 0, 0.3]), __import__("protos.pose_math").pose_math.matrix_to_quat(commanded)
         )
         safe, events = safety.limit(np.array([0, 0, 0, 0, 0, 1, 1], np.float32), state, None, (pose,))
         commanded = rotvec_to_matrix(safe[3:6] * SCALE.max_rotation_rad) @ commanded

@@ -244,33 +244,48 @@ def test_gym_make_builds_a_state_only_env():
 
 
 def test_with_the_robots_limits_the_sim_moves_its_target_as_the_agents_safety_filter_would():
-    """A sim that applies the agent's step and lead limits commands, for the same action, the target
-    the agent's safety filter lets through on the robot; without them the sim's target runs ahead."""
+    """A sim that applies the agent's limits (steps, lead, orientation bound) commands, for the same
+    action, the target the agent's safety filter lets through on the robot; without them the sim's
+    target runs ahead and turns past the bound."""
+    from protos.pose_math import matrix_to_rotvec, quat_to_matrix, rotvec_to_matrix
     from robot_agent.safety import ArmScaling, SafetyConfig, SafetyFilter, TcpPose
 
-    limits = SafetyConfig()  # the agent's defaults: 3 cm steps, 3 cm lead, 0.2 rad
-    kwargs = {"cameras": ()}
-    limited = sim_envs.make(
-        "rlinf/FrankaPickLift-v0", **kwargs, max_step_translation_m=limits.max_translation_m,
-        max_step_rotation_rad=limits.max_rotation_rad, max_target_lead_m=limits.max_target_lead_m,
-    )  # fmt: skip
-    free = sim_envs.make("rlinf/FrankaPickLift-v0", **kwargs)
+    limits = SafetyConfig()  # the agent's defaults: 3 cm steps, 3 cm lead, 0.2 rad, 1.6 rad from the start
+    limited = sim_envs.make("rlinf/FrankaPickLift-v0", cameras=(), **limits.sim_limits())
+    free = sim_envs.make("rlinf/FrankaPickLift-v0", cameras=())
     scale = limited.unwrapped.cfg
     safety = SafetyFilter(
         limited.env_spec, (ArmScaling(scale.max_translation_m, scale.max_rotation_rad),), limits
     )
-    action = np.array([1.0, 1.0, -1.0, 0, 0, 0, 1.0], np.float32)  # 8.7 cm a step, down and away
+    action = np.array([1.0, 1.0, -1.0, 0, 0, 1.0, 1.0], np.float32)  # 8.7 cm a step, and 0.3 rad about z
     state, _ = limited.reset(seed=0)
     free.reset(seed=0)
-    clipped_lead = False
-    for _ in range(4):
-        base = limited.unwrapped._command.arm_target.copy()
-        safe, events = safety.limit(action, state["state"], None, (TcpPose(base),))
-        clipped_lead |= "clipped:lead" in events
+    start = quat_to_matrix(limited.unwrapped.scene.tcp_quat)
+    clipped = set()
+    for _ in range(12):
+        base_pos, base_quat = (x.copy() for x in limited.unwrapped.commanded_tcp_pose())
+        safe, events = safety.limit(action, state["state"], None, (TcpPose(base_pos, base_quat),))
+        clipped |= set(events)
         state, *_ = limited.step(action)
-        expected = base + safe[:3].astype(np.float64) * scale.max_translation_m
-        np.testing.assert_allclose(limited.unwrapped._command.arm_target, expected, atol=1e-5)
+        position, quat = limited.unwrapped.commanded_tcp_pose()
+        np.testing.assert_allclose(
+            position, base_pos + safe[:3].astype(np.float64) * scale.max_translation_m, atol=1e-5
+        )
+        expected = rotvec_to_matrix(safe[3:6].astype(np.float64) * scale.max_rotation_rad) @ quat_to_matrix(
+            base_quat
+        )
+        np.testing.assert_allclose(quat_to_matrix(quat), expected, atol=1e-5)
         free.step(action)
-    assert clipped_lead  # the arm lags: the lead limit, not only the step limit, was at work
-    lead = lambda env: np.linalg.norm(env.unwrapped._command.arm_target - env.unwrapped.scene.tcp_pos)  # noqa: E731
+    # The arm lags: the lead limits, not only the step limits, were at work, and the bound on turning.
+    assert {"clipped:lead", "clipped:orientation"} <= clipped, clipped
+
+    def lead(env):
+        return np.linalg.norm(env.unwrapped._command.arm_target - env.unwrapped.scene.tcp_pos)
+
+    def turned(env):
+        return np.linalg.norm(
+            matrix_to_rotvec(quat_to_matrix(env.unwrapped.commanded_tcp_pose()[1]) @ start.T)
+        )
+
     assert lead(limited) <= limits.max_target_lead_m + 1e-6 < lead(free)
+    assert turned(limited) <= limits.max_orientation_change_rad + 1e-6 < turned(free)

@@ -1,4 +1,4 @@
-"""Small rigid-transform helpers in numpy (the robot PC has no scipy)."""
+"""Small rigid-transform helpers in numpy (the robot PC has no scipy), shared by the agent and the sim."""
 
 from __future__ import annotations
 
@@ -72,3 +72,33 @@ def pose_to_column_major(position: np.ndarray, rotation: np.ndarray) -> list[flo
     matrix = np.eye(4)
     matrix[:3, :3], matrix[:3, 3] = rotation, position
     return matrix.T.reshape(-1).tolist()
+
+
+def guarded_rotation_step(
+    rotvec: np.ndarray,
+    base: np.ndarray,
+    start: np.ndarray,
+    measured: np.ndarray,
+    max_step_rad: float,
+    max_orientation_change_rad: float,
+    max_lead_rad: float,
+) -> tuple[np.ndarray, tuple[str, ...]]:
+    """How far the commanded orientation ``base`` may turn for a requested world-frame ``rotvec``:
+    a step of at most ``max_step_rad``, a target within ``max_orientation_change_rad`` of the episode's
+    ``start`` orientation and within ``max_lead_rad`` of the ``measured`` one (3x3 matrices; ``inf``
+    turns a limit off). Returns the allowed step (axis-angle) and which limits clipped it. The robot
+    agent's safety filter applies it, and the sim applies it the same way so a policy trains under it."""
+    clipped = []
+    if float(np.linalg.norm(rotvec)) > max_step_rad:
+        rotvec = rotvec * (max_step_rad / float(np.linalg.norm(rotvec)))
+        clipped.append("rotation")
+    wanted = rotvec_to_matrix(rotvec) @ base
+    target = limit_rotation(wanted, start, max_orientation_change_rad)
+    if target is not wanted:
+        clipped.append("orientation")
+    led = limit_rotation(target, measured, max_lead_rad)
+    if led is not target:
+        clipped.append("rotation_lead")
+    step = matrix_to_rotvec(led @ base.T)
+    norm = float(np.linalg.norm(step))
+    return (step * (max_step_rad / norm) if norm > max_step_rad else step), tuple(clipped)
