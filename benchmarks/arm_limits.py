@@ -31,8 +31,8 @@ import numpy as np
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from robot_agent.drivers.sim_twin import SimTwinConfig, SimTwinDriver  # noqa: E402
 from protos.pose_math import matrix_to_rotvec, quat_to_matrix  # noqa: E402
+from robot_agent.drivers.sim_twin import SimTwinConfig, SimTwinDriver  # noqa: E402
 from robot_agent.safety import SafetyConfig, SafetyFilter  # noqa: E402
 
 STREAMS = ("random", "saturated", "wall")

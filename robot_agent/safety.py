@@ -254,4 +254,5 @@ class SafetyFilter:
         events.extend(f"clipped:{prefix}{limit}" for limit in clipped)
         safe[arm.rotation] = step / arm.scaling.max_rotation_rad
 
+
 __all__ = ["ArmScaling", "ContractError", "SafetyConfig", "SafetyFilter", "TcpPose"]

@@ -26,6 +26,12 @@ import numpy as np
 
 from protos import franka
 from protos.env_spec import CameraSpec, EnvSpec, ee_delta_action_space
+from protos.pose_math import (
+    matrix_to_quat,
+    pose_from_column_major,
+    pose_to_column_major,
+    rotvec_to_matrix,
+)
 from robot_agent.cameras import Camera, CameraConfig, CameraError, make_camera
 from robot_agent.drivers.base import (
     DriverCapabilities,
@@ -37,12 +43,6 @@ from robot_agent.drivers.base import (
 from robot_agent.drivers.franka_homing import HomingLimits, HomingPlan, HomingRefused, plan_homing
 from robot_agent.drivers.franka_process import STATE_SIZE, TARGET_SIZE, SharedBlock, arm_main, gripper_main
 from robot_agent.drivers.setpoint_filter import SetpointFilter
-from protos.pose_math import (
-    matrix_to_quat,
-    pose_from_column_major,
-    pose_to_column_major,
-    rotvec_to_matrix,
-)
 from robot_agent.safety import ArmScaling, TcpPose
 
 log = logging.getLogger(__name__)

@@ -17,8 +17,8 @@ from typing import Any
 
 import numpy as np
 
-from robot_agent.drivers.setpoint_filter import SetpointFilter
 from protos.pose_math import pose_from_column_major, pose_to_column_major
+from robot_agent.drivers.setpoint_filter import SetpointFilter
 
 # Shared arm state: q[7], dq[7], O_T_EE[16] (column-major), moving, overruns.
 STATE_SIZE = 7 + 7 + 16 + 2

@@ -5,9 +5,9 @@ import time
 import numpy as np
 import pytest
 
+from protos.pose_math import matrix_to_quat, matrix_to_rotvec, rotvec_to_matrix
 from robot_agent.drivers import DriverError
 from robot_agent.drivers.franka import FrankaConfig, FrankaDriver, SetpointFilter
-from protos.pose_math import matrix_to_quat, matrix_to_rotvec, rotvec_to_matrix
 from tests.integration.link_harness import wait_until
 
 FAKE = "tests.robot_agent.fake_pylibfranka"
