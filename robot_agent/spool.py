@@ -82,9 +82,15 @@ class EpisodeSpool:
 
     # -- reading -------------------------------------------------------------------------------
     def pending(self) -> list[str]:
-        """Complete episodes not yet acknowledged, oldest first."""
-        done = [p.parent for p in self.root.glob("*/end.bin")]
-        return [p.name for p in sorted(done, key=lambda p: (p / "end.bin").stat().st_mtime_ns)]
+        """Complete episodes not yet acknowledged, oldest first. An episode acknowledged (deleted, by
+        the link's thread) while this looks is left out, not an error."""
+        ended = []
+        for end in self.root.glob("*/end.bin"):
+            try:
+                ended.append((end.stat().st_mtime_ns, end.parent.name))
+            except FileNotFoundError:
+                continue
+        return [name for _, name in sorted(ended)]
 
     def end_event(self, episode_id: str) -> pb.EpisodeEvent:
         return pb.EpisodeEvent.FromString((self.root / episode_id / "end.bin").read_bytes())

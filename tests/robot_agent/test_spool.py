@@ -29,6 +29,20 @@ def test_finished_episode_is_pending_until_acknowledged(tmp_path):
     assert spool.acknowledge("ep-1") is False  # a duplicate ack is harmless
 
 
+def test_an_episode_acknowledged_while_pending_lists_the_spool_is_left_out(tmp_path, monkeypatch):
+    """The link's thread deletes an acknowledged episode whenever its ack arrives, also between
+    ``pending``'s listing of the spool and its look at each episode (a crash in CI once)."""
+    spool = EpisodeSpool(tmp_path)
+    for episode in ("ep-1", "ep-2"):
+        spool.begin(episode)
+        spool.append(episode, obs(0))
+        spool.finish(episode, end(0))
+    listed = list(tmp_path.glob("*/end.bin"))  # what pending's listing sees ...
+    assert spool.acknowledge("ep-1") is True  # ... before the ack removes ep-1
+    monkeypatch.setattr(type(tmp_path), "glob", lambda self, pattern: iter(listed))
+    assert spool.pending() == ["ep-2"]
+
+
 def test_a_crash_mid_episode_keeps_every_complete_step(tmp_path):
     spool = EpisodeSpool(tmp_path)
     spool.begin("ep-1")
