@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import numpy as np
 
+from protos.franka import cap_norm
+
 
 def rotvec_to_matrix(rotvec: np.ndarray) -> np.ndarray:
     """Rodrigues: axis-angle vector -> 3x3 rotation matrix."""
@@ -90,7 +92,7 @@ def guarded_rotation_step(
     agent's safety filter applies it, and the sim applies it the same way so a policy trains under it."""
     clipped = []
     if float(np.linalg.norm(rotvec)) > max_step_rad:
-        rotvec = rotvec * (max_step_rad / float(np.linalg.norm(rotvec)))
+        rotvec = cap_norm(rotvec, max_step_rad)
         clipped.append("rotation")
     wanted = rotvec_to_matrix(rotvec) @ base
     target = limit_rotation(wanted, start, max_orientation_change_rad)
@@ -99,6 +101,4 @@ def guarded_rotation_step(
     led = limit_rotation(target, measured, max_lead_rad)
     if led is not target:
         clipped.append("rotation_lead")
-    step = matrix_to_rotvec(led @ base.T)
-    norm = float(np.linalg.norm(step))
-    return (step * (max_step_rad / norm) if norm > max_step_rad else step), tuple(clipped)
+    return cap_norm(matrix_to_rotvec(led @ base.T), max_step_rad), tuple(clipped)
