@@ -24,6 +24,7 @@ SUITE_IDS = {
 # Suites that are batched by nature (one env object steps N envs on a GPU): vector envs only.
 VECTOR_SUITE_IDS = {
     "rlinf/IsaacLab-v0": "sim_envs.adapters.isaaclab:IsaacLabVectorEnv",
+    "rlinf/ManiSkillGPU-v0": "sim_envs.adapters.maniskill_gpu:ManiSkillGPUVectorEnv",
 }
 GYMNASIUM = "gymnasium"  # what check_env_id returns for an outside gymnasium env
 SUITE = "suite"  # what check_env_id returns for one of SUITE_IDS

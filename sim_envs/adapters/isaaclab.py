@@ -32,9 +32,8 @@ from typing import Any
 import numpy as np
 
 from protos import ActionSpace, CameraSpec, EnvSpec, StateField
-from protos.batch import ChunkResult, EpisodeSummary
 from protos.env_spec import BOX
-from protos.validation import ContractError
+from sim_envs.adapters.batched import BatchedVectorEnv, BatchStep, one_batch_seed, to_numpy
 from sim_envs.adapters.gymnasium import AdapterError
 
 ENV_ID = "rlinf/IsaacLab-v0"
@@ -69,11 +68,7 @@ def _factory(path: str):
         raise AdapterError(f"{ENV_ID}: factory {path!r} cannot be loaded ({exc})") from None
 
 
-def _to_numpy(value: Any) -> np.ndarray:
-    return value.detach().cpu().numpy() if hasattr(value, "detach") else np.asarray(value)
-
-
-class IsaacLabVectorEnv:
+class IsaacLabVectorEnv(BatchedVectorEnv):
     """An IsaacLab task's batch of envs as one of our vector envs."""
 
     def __init__(
@@ -87,6 +82,7 @@ class IsaacLabVectorEnv:
         instruction: str = "",
         factory: str = "",
     ) -> None:
+        super().__init__(num_envs)
         make = _factory(factory) if factory else launch_isaaclab
         self.env = make(task=task, num_envs=num_envs, device=device).unwrapped
         if self.env.num_envs != num_envs:
@@ -96,9 +92,6 @@ class IsaacLabVectorEnv:
         first, _ = self.env.reset()
         self.spec = self._build_spec(task, first, action_bound, instruction)
         self._last = first
-        self._returns = np.zeros(num_envs)
-        self._lengths = np.zeros(num_envs, int)
-        self._success = np.zeros(num_envs, bool)
 
     # -- contract ------------------------------------------------------------------------------
     def _group(self, raw: dict[str, Any]):
@@ -133,22 +126,18 @@ class IsaacLabVectorEnv:
             metadata={"simulator": "isaaclab", "task": task},
         )
 
-    @property
-    def num_envs(self) -> int:
-        return self.env.num_envs
-
     def _convert(self, raw: dict[str, Any]) -> dict[str, Any]:
         group = self._group(raw)
         if not isinstance(group, dict):
-            state = _to_numpy(group).reshape(self.num_envs, -1).astype(np.float32)
+            state = to_numpy(group).reshape(self.num_envs, -1).astype(np.float32)
             images: dict[str, np.ndarray] = {}
         else:
             state = np.concatenate(
-                [_to_numpy(group[k]).reshape(self.num_envs, -1) for k, _ in self._state], axis=1
+                [to_numpy(group[k]).reshape(self.num_envs, -1) for k, _ in self._state], axis=1
             ).astype(np.float32)
             images = {}
             for k in self._cameras:
-                pixels = _to_numpy(group[k])[..., :3]
+                pixels = to_numpy(group[k])[..., :3]
                 images[k] = (
                     pixels if pixels.dtype == np.uint8 else np.clip(pixels * 255, 0, 255).astype(np.uint8)
                 )
@@ -156,77 +145,32 @@ class IsaacLabVectorEnv:
 
     def reset(self, seed: int | None = None, seeds: list[int | None] | None = None) -> tuple[dict, dict]:
         if seeds is not None:
-            base = seeds[0]
-            if any(s is None or base is None or s != base + i for i, s in enumerate(seeds)):
-                raise ContractError(
-                    f"{ENV_ID}: IsaacLab seeds its whole batch with one seed; per-env seeds (e.g. GRPO's "
-                    "groups) are not available: use PPO or SAC"
-                )
-            seed = base
+            seed = one_batch_seed(ENV_ID, seeds)
         self._last, _ = self.env.reset(seed=seed)
-        self._returns[:], self._lengths[:], self._success[:] = 0.0, 0, False
+        self._clear_episodes()
         return self._convert(self._last), {}
 
-    def step(self, actions: np.ndarray) -> ChunkResult:
-        return self.chunk_step(np.asarray(actions)[:, None, :])
+    def _observation(self) -> dict[str, Any]:
+        assert self._last is not None
+        return self._convert(self._last)
 
     def _success_now(self) -> np.ndarray:
         if not self.success_term:
             return np.zeros(self.num_envs, bool)
-        return _to_numpy(self.env.termination_manager.get_term(self.success_term)).astype(bool)
+        return to_numpy(self.env.termination_manager.get_term(self.success_term)).astype(bool)
 
-    def chunk_step(self, actions: np.ndarray) -> ChunkResult:
-        actions = np.asarray(actions, np.float32)
-        n, dim = self.num_envs, self.spec.action.dim
-        if actions.ndim != 3 or actions.shape[0] != n or actions.shape[2] != dim:
-            raise ContractError(f"actions expected [{n}, chunk, {dim}], got {list(actions.shape)}")
-        if not np.isfinite(actions).all():
-            raise ContractError("actions contain NaN or inf")
-        low, high = (
-            np.asarray(self.spec.action.low, np.float32),
-            np.asarray(self.spec.action.high, np.float32),
-        )
-        chunk = actions.shape[1]
-        rewards, success = np.zeros((n, chunk), np.float32), np.zeros((n, chunk), bool)
-        terminated, truncated, valid = (np.zeros((n, chunk), bool) for _ in range(3))
-        ended, finished = np.zeros(n, bool), []
+    def _advance(self, actions: np.ndarray) -> BatchStep:
         assert self._last is not None
-        for t in range(chunk):
-            reference = self._group(self._last)
-            reference = next(iter(reference.values())) if isinstance(reference, dict) else reference
-            sent = reference.new_tensor(
-                np.clip(actions[:, t], low, high)
-            )  # on the env's device, no torch import
-            self._last, reward, term, trunc, _ = self.env.step(sent)
-            live = ~ended
-            reward, term, trunc = (
-                _to_numpy(reward),
-                _to_numpy(term).astype(bool),
-                _to_numpy(trunc).astype(bool),
-            )
-            won = self._success_now()
-            rewards[live, t], success[live, t], valid[live, t] = reward[live], won[live], True
-            terminated[live, t], truncated[live, t] = term[live], trunc[live] & ~term[live]
-            self._returns[live] += reward[live]
-            self._lengths[live] += 1
-            self._success[live] |= won[live]
-            for i in np.flatnonzero(live & (term | trunc)):
-                finished.append(
-                    EpisodeSummary(
-                        int(i), float(self._returns[i]), int(self._lengths[i]), bool(self._success[i])
-                    )
-                )
-                self._returns[i], self._lengths[i], self._success[i] = 0.0, 0, False
-            ended |= term | trunc
-        return ChunkResult(
-            obs=self._convert(self._last),
-            rewards=rewards,
-            terminated=terminated,
-            truncated=truncated,
-            success=success,
-            valid=valid,
-            final_obs=[None] * n,
-            finished=finished,
+        reference = self._group(self._last)
+        reference = next(iter(reference.values())) if isinstance(reference, dict) else reference
+        sent = reference.new_tensor(actions)  # on the env's device, no torch import
+        self._last, reward, terminated, truncated, _ = self.env.step(sent)
+        return BatchStep(
+            reward=to_numpy(reward).astype(np.float32),
+            terminated=to_numpy(terminated),
+            truncated=to_numpy(truncated),
+            success=self._success_now(),
+            final_obs=[None] * self.num_envs,  # IsaacLab returns the next episode's first observation
         )
 
     def close(self) -> None:

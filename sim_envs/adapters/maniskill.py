@@ -26,7 +26,9 @@ import gymnasium as gym
 import numpy as np
 
 from protos import ActionSpace, CameraSpec, EnvSpec, StateField
+from protos.batch import select_row
 from protos.env_spec import BOX
+from sim_envs.adapters.batched import to_numpy
 from sim_envs.adapters.gymnasium import AdapterError, contract_observation_space
 
 ENV_ID = "rlinf/ManiSkill-v0"
@@ -57,6 +59,105 @@ def _leaves(tree: dict[str, Any], prefix: str = "") -> list[tuple[str, Any]]:
     return out
 
 
+def make_maniskill(
+    task: str,
+    obs_mode: str,
+    image_size: int,
+    control_mode: str,
+    num_envs: int = 1,
+    sim_backend: str = "physx_cpu",
+    **options: Any,
+):
+    """``gym.make`` of a ManiSkill task with our options, one-line errors where ManiSkill, the task
+    or Vulkan is missing."""
+    if obs_mode not in ("state", "rgb"):
+        raise AdapterError(f"{ENV_ID}: obs_mode must be 'state' or 'rgb', got {obs_mode!r}")
+    try:
+        import mani_skill.envs  # noqa: F401  registers the task ids
+        from mani_skill import logger
+
+        logger.setLevel(logging.ERROR)  # not "no CUDA device, falling back to cpu" for every env
+    except ImportError:
+        raise AdapterError(f"{ENV_ID} needs ManiSkill3 (the maniskill extra): {SETUP_HINT}") from None
+    if task not in gym.registry:
+        raise AdapterError(f"{ENV_ID}: unknown ManiSkill task {task!r} (e.g. PickCube-v1, PushCube-v1)")
+    options.update(obs_mode=obs_mode, num_envs=num_envs, sim_backend=sim_backend)
+    if obs_mode == "rgb":
+        options["sensor_configs"] = {"width": image_size, "height": image_size}
+    if control_mode:
+        options["control_mode"] = control_mode
+    try:
+        return gym.make(task, **options)
+    except RuntimeError as exc:
+        if "vk::" in str(exc) or "Vulkan" in str(exc):
+            raise AdapterError(f"{ENV_ID}: {VULKAN_HINT} ({exc})") from None
+        raise
+
+
+def task_horizon(task: str, max_episode_steps: int) -> int:
+    """``max_episode_steps``, or the task's registered time limit."""
+    horizon = max_episode_steps or gym.registry[task].max_episode_steps or 0
+    if horizon <= 0:
+        raise AdapterError(f"{ENV_ID}: {task} has no registered time limit: set max_episode_steps")
+    return int(horizon)
+
+
+class ObservationLayout:
+    """How a ManiSkill observation maps onto the shared layout, batch axis kept: ``state`` mode's
+    flat vector as field ``obs``; ``rgb`` mode's sensor cameras and the sorted proprioception and
+    task leaves (``agent.qpos``, ``extra.tcp_pose``, ...) as named state fields."""
+
+    def __init__(self, obs_mode: str, first: Any) -> None:
+        self.obs_mode = obs_mode
+        if obs_mode == "state":
+            self.cameras: list[str] = []
+            self.state_keys = [("obs", int(np.prod(first.shape[1:])))]
+        else:
+            self.cameras = sorted(first["sensor_data"])
+            self.state_keys = [(k, max(1, int(np.prod(v.shape[1:])))) for k, v in self._state_leaves(first)]
+
+    @staticmethod
+    def _state_leaves(raw: Any) -> list[tuple[str, Any]]:
+        return _leaves({"agent": raw["agent"], "extra": raw.get("extra", {})})
+
+    def convert(self, raw: Any, instruction: str) -> dict[str, Any]:
+        """The batch's observation: images ``[N, H, W, 3]`` uint8, state ``[N, D]`` float32."""
+        if self.obs_mode == "state":
+            state = to_numpy(raw).astype(np.float32)
+            return {"images": {}, "state": state.reshape(len(state), -1),
+                    "instruction": [instruction] * len(state)}  # fmt: skip
+        leaves = [to_numpy(v).astype(np.float32) for _, v in self._state_leaves(raw)]
+        state = np.concatenate([v.reshape(len(v), -1) for v in leaves], axis=1)
+        images = {c: to_numpy(raw["sensor_data"][c]["rgb"])[..., :3].astype(np.uint8) for c in self.cameras}
+        return {"images": images, "state": state, "instruction": [instruction] * len(state)}
+
+
+def maniskill_spec(
+    env: Any,
+    task: str,
+    layout: ObservationLayout,
+    image_size: int,
+    horizon: int,
+    control_hz: float,
+    name: str = ENV_ID,
+) -> EnvSpec:
+    """The :class:`EnvSpec` of one env of a (batched) ManiSkill env."""
+    base = env.unwrapped
+    space = getattr(base, "single_action_space", None) or env.action_space
+    low, high = np.asarray(space.low, np.float64).ravel(), np.asarray(space.high, np.float64).ravel()
+    hz = control_hz or float(base.control_freq)
+    return EnvSpec(
+        name=name,
+        cameras=tuple(CameraSpec(c, image_size, image_size, hz) for c in layout.cameras),
+        state_fields=tuple(StateField(k, n) for k, n in layout.state_keys),
+        action=ActionSpace(BOX, tuple(f"a{i}" for i in range(low.size)), tuple(low), tuple(high)),
+        control_hz=hz,
+        instruction=instruction_of(task),
+        max_episode_steps=horizon,
+        metadata={"simulator": "maniskill", "task": task, "control_mode": str(base.control_mode)},
+    )
+
+
 class ManiSkillEnv(gym.Env):
     """One ManiSkill3 task env (CPU physics) seen through :class:`EnvSpec`."""
 
@@ -73,80 +174,29 @@ class ManiSkillEnv(gym.Env):
         render_mode: str | None = None,
         render_size: int = 160,
     ) -> None:
-        if obs_mode not in ("state", "rgb"):
-            raise AdapterError(f"{ENV_ID}: obs_mode must be 'state' or 'rgb', got {obs_mode!r}")
-        try:
-            import mani_skill.envs  # noqa: F401  registers the task ids
-            from mani_skill import logger
-
-            logger.setLevel(logging.ERROR)  # not "no CUDA device, falling back to cpu" for every env
-        except ImportError:
-            raise AdapterError(f"{ENV_ID} needs ManiSkill3 (the maniskill extra): {SETUP_HINT}") from None
-        if task not in gym.registry:
-            raise AdapterError(f"{ENV_ID}: unknown ManiSkill task {task!r} (e.g. PickCube-v1, PushCube-v1)")
-        options: dict[str, Any] = {"obs_mode": obs_mode, "num_envs": 1, "sim_backend": "physx_cpu"}
-        if obs_mode == "rgb":
-            options["sensor_configs"] = {"width": image_size, "height": image_size}
-        if control_mode:
-            options["control_mode"] = control_mode
+        render: dict[str, Any] = {}
         if render_mode is not None:
-            options.update(
-                render_mode=render_mode,
-                human_render_camera_configs={"width": render_size, "height": render_size},
-            )
-        try:
-            self.env = gym.make(task, **options)
-        except RuntimeError as exc:
-            if "vk::" in str(exc) or "Vulkan" in str(exc):
-                raise AdapterError(f"{ENV_ID}: {VULKAN_HINT} ({exc})") from None
-            raise
-        horizon = max_episode_steps or gym.registry[task].max_episode_steps or 0
-        if horizon <= 0:
-            raise AdapterError(f"{ENV_ID}: {task} has no registered time limit: set max_episode_steps")
-        self.task, self.obs_mode, self.max_episode_steps = task, obs_mode, int(horizon)
+            render = {"render_mode": render_mode,
+                      "human_render_camera_configs": {"width": render_size, "height": render_size}}  # fmt: skip
+        self.env = make_maniskill(task, obs_mode, image_size, control_mode, **render)
+        self.task, self.obs_mode = task, obs_mode
+        self.max_episode_steps = task_horizon(task, max_episode_steps)
         first, _ = self.env.reset(seed=0)
-        self.cameras, self.state_keys = self._layout(first)
-        space = self.env.action_space
-        low, high = np.asarray(space.low, np.float64).ravel(), np.asarray(space.high, np.float64).ravel()
-        hz = control_hz or float(self.env.unwrapped.control_freq)
-        self.env_spec = EnvSpec(
-            name=ENV_ID,
-            cameras=tuple(CameraSpec(c, image_size, image_size, hz) for c in self.cameras),
-            state_fields=tuple(StateField(k, n) for k, n in self.state_keys),
-            action=ActionSpace(BOX, tuple(f"a{i}" for i in range(low.size)), tuple(low), tuple(high)),
-            control_hz=hz,
-            instruction=instruction_of(task),
-            max_episode_steps=self.max_episode_steps,
-            metadata={
-                "simulator": "maniskill",
-                "task": task,
-                "control_mode": str(self.env.unwrapped.control_mode),
-            },
+        self.layout = ObservationLayout(obs_mode, first)
+        self.cameras, self.state_keys = self.layout.cameras, self.layout.state_keys
+        self.env_spec = maniskill_spec(
+            self.env, task, self.layout, image_size, self.max_episode_steps, control_hz
         )
         self.observation_space = contract_observation_space(self.env_spec)
-        self.action_space = gym.spaces.Box(low.astype(np.float32), high.astype(np.float32), dtype=np.float32)
+        action = self.env_spec.action
+        self.action_space = gym.spaces.Box(
+            np.asarray(action.low, np.float32), np.asarray(action.high, np.float32), dtype=np.float32
+        )
         self.render_mode = render_mode
         self._steps = 0
 
-    def _layout(self, raw: Any) -> tuple[list[str], list[tuple[str, int]]]:
-        if self.obs_mode == "state":
-            return [], [("obs", int(_numpy(raw).size))]
-        cameras = sorted(raw["sensor_data"])
-        leaves = _leaves({"agent": raw["agent"], "extra": raw.get("extra", {})})
-        return cameras, [(k, max(1, int(_numpy(v).size))) for k, v in leaves]
-
     def _convert(self, raw: Any) -> dict[str, Any]:
-        if self.obs_mode == "state":
-            return {"images": {}, "state": _numpy(raw).astype(np.float32).ravel(),
-                    "instruction": self.env_spec.instruction}  # fmt: skip
-        leaves = _leaves({"agent": raw["agent"], "extra": raw.get("extra", {})})
-        return {
-            "images": {
-                c: _numpy(raw["sensor_data"][c]["rgb"])[..., :3].astype(np.uint8) for c in self.cameras
-            },
-            "state": np.concatenate([_numpy(v).astype(np.float32).ravel() for _, v in leaves]),
-            "instruction": self.env_spec.instruction,
-        }
+        return select_row(self.layout.convert(raw, self.env_spec.instruction), 0)
 
     def reset(self, *, seed: int | None = None, options: dict | None = None):
         super().reset(seed=seed)

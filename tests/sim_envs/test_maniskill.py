@@ -1,9 +1,11 @@
 """ManiSkill3 behind the env contract (``rlinf/ManiSkill-v0``), on SAPIEN's CPU physics with Mesa's
 Vulkan, stepped in its own venv's workers: the env checker and reset rules there (state and a
-camera), the vector contract and PPO from the main venv through ``env.python``, one-line refusals."""
+camera), the vector contract and PPO from the main venv through ``env.python``, one-line refusals.
+The GPU-batched adapter (``rlinf/ManiSkillGPU-v0``) on the CPU physics's one env, in that venv."""
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 
@@ -52,6 +54,37 @@ def test_ppo_in_maniskill_beats_the_untrained_policy_on_fixed_seeds(side_python,
     kwargs = {"task": "PushCube-v1", "max_episode_steps": 50}
     before, after = ppo_returns_before_and_after("ppo_maniskill", side_python, kwargs, 12000, tmp_path, 4242)
     assert after > before + 2.0, (before, after)
+
+
+def test_the_batched_adapter_keeps_the_contract_on_sapiens_cpu_physics(side_python):
+    script = os.path.join(os.path.dirname(__file__), "maniskill_gpu_checks.py")
+    result = subprocess.run([side_python, script, "1", "physx_cpu"], capture_output=True, text=True, timeout=300,
+                            cwd=os.path.dirname(os.path.dirname(os.path.dirname(script))))  # fmt: skip
+    assert result.returncode == 0, result.stderr[-3000:]
+    found = json.loads(result.stdout.strip().splitlines()[-1])
+    assert found["spec"] == {"name": "rlinf/ManiSkillGPU-v0", "state_dim": 35, "action_dim": 8,
+                             "instruction": "push cube", "max_episode_steps": 5}  # fmt: skip
+    assert found["state_shape"] == [1, 35] and found["state_dtype"] == "float32"
+    assert found["same_seed_same_state"] and found["other_seed_other_state"]
+    # 2 steps played, then a chunk of 6: the episode ends at its 5th step (the chunk's 3rd), its last
+    # observation kept, the rest of the chunk masked while the env plays into its new episode.
+    assert found["ends"] == [2] and found["valid_after_end"] == [False] and found["finished"] == [0]
+    assert found["final_obs_given"] == [True] and found["final_differs_from_new_start"] == [True]
+    assert found["elapsed_after"] == [3]
+    assert found["nan_refused"] and found["group_seeds_refused"]
+
+
+def test_the_batched_adapter_refuses_several_envs_on_the_cpu_physics():
+    with pytest.raises(ValueError, match="one env per process"):
+        sim_envs.make_vector("rlinf/ManiSkillGPU-v0", 4, sim_backend="physx_cpu")
+
+
+def test_without_a_gpu_the_batched_adapter_names_the_gpu_and_sapiens_physx_library(side_python, tmp_path):
+    code = "import sim_envs\ntry:\n    sim_envs.make_vector('rlinf/ManiSkillGPU-v0', 4)\nexcept ValueError as e:\n    print(e)"
+    result = subprocess.run([side_python, "-c", code], capture_output=True, text=True, timeout=120,
+                            env={**os.environ, "HOME": str(tmp_path), "CUDA_VISIBLE_DEVICES": ""})  # fmt: skip
+    assert "needs a CUDA GPU" in result.stdout and "PhysX GPU library" in result.stdout, result.stdout
+    assert f"linux-so.zip into {tmp_path}/.sapien/physx/" in result.stdout, result.stdout
 
 
 def test_maniskill_in_the_main_venv_names_its_own_venv():
