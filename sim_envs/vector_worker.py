@@ -33,28 +33,34 @@ class EnvSlot:
         self.episode_return, self.episode_length, self.episode_success = 0.0, 0, False
         return obs
 
-    def run_chunk(self, actions: np.ndarray) -> tuple:
-        chunk = actions.shape[0]
-        rewards = np.zeros(chunk, np.float32)
-        terminated = np.zeros(chunk, bool)
-        truncated = np.zeros(chunk, bool)
-        success = np.zeros(chunk, bool)
-        valid = np.zeros(chunk, bool)
+    def run_chunk(self, actions: np.ndarray, out: ChunkRows) -> tuple:
+        """Play ``actions`` until the chunk or the episode ends, writing each step into ``out``'s rows
+        (this env's rows of the group's arrays); returns (obs, final obs or None, summary or None)."""
         final_obs, summary = None, None
-        for t in range(chunk):
+        for t in range(actions.shape[0]):
             obs, reward, term, trunc, info = self.env.step(actions[t])
-            rewards[t], terminated[t], truncated[t] = reward, term, trunc
-            success[t] = info["success"]
-            valid[t] = True
+            won = bool(info["success"])
+            out.rewards[t], out.terminated[t], out.truncated[t] = reward, term, trunc
+            out.success[t], out.valid[t] = won, True
             self.episode_return += reward
             self.episode_length += 1
-            self.episode_success |= bool(info["success"])
+            self.episode_success |= won
             if term or trunc:
                 summary = (self.episode_return, self.episode_length, self.episode_success)
                 final_obs = obs
                 obs = self.reset(seed=None)
                 break
-        return obs, rewards, terminated, truncated, success, valid, final_obs, summary
+        return obs, final_obs, summary
+
+
+class ChunkRows:
+    """One env's rows of a group's ``[n, chunk]`` result arrays, written in place."""
+
+    __slots__ = ("rewards", "success", "terminated", "truncated", "valid")
+
+    def __init__(self, arrays: dict[str, np.ndarray], i: int) -> None:
+        for name in self.__slots__:
+            setattr(self, name, arrays[name][i])
 
 
 def reset_slots(slots: list[EnvSlot], seeds: list[int | None]) -> dict[str, Any]:
@@ -64,23 +70,19 @@ def reset_slots(slots: list[EnvSlot], seeds: list[int | None]) -> dict[str, Any]
 
 def play_chunks(slots: list[EnvSlot], actions: np.ndarray) -> ChunkResult:
     """Each slot plays its ``actions[i]`` chunk; the group's results batched, env indices local (a
-    worker sends one result with a few arrays, not a tuple of arrays per env)."""
-    results = [slot.run_chunk(a) for slot, a in zip(slots, actions)]
-    obs, rewards, terminated, truncated, success, valid, final_obs, summaries = zip(*results)
-    return ChunkResult(
-        obs=stack_obs(list(obs)),
-        rewards=np.stack(rewards),
-        terminated=np.stack(terminated),
-        truncated=np.stack(truncated),
-        success=np.stack(success),
-        valid=np.stack(valid),
-        final_obs=list(final_obs),
-        finished=[
-            EpisodeSummary(i, float(s[0]), int(s[1]), bool(s[2]))
-            for i, s in enumerate(summaries)
-            if s is not None
-        ],
-    )
+    worker sends one result with a few arrays, not a tuple of arrays per env). The arrays are made
+    once per group and each env writes its rows (a one-step chunk of a fast sim is mostly this)."""
+    n, chunk = len(slots), actions.shape[1]
+    arrays = {"rewards": np.zeros((n, chunk), np.float32)}
+    arrays.update({name: np.zeros((n, chunk), bool) for name in ChunkRows.__slots__ if name != "rewards"})
+    observations, final_obs, finished = [], [], []
+    for i, (slot, chunk_actions) in enumerate(zip(slots, actions)):
+        obs, final, summary = slot.run_chunk(chunk_actions, ChunkRows(arrays, i))
+        observations.append(obs)
+        final_obs.append(final)
+        if summary is not None:
+            finished.append(EpisodeSummary(i, float(summary[0]), int(summary[1]), bool(summary[2])))
+    return ChunkResult(obs=stack_obs(observations), final_obs=final_obs, finished=finished, **arrays)
 
 
 def receive(conn: Connection, spin_s: float) -> Any:
