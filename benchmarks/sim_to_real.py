@@ -74,7 +74,7 @@ class TwinFleet:
 
     def __init__(
         self, port: int, count: int, gap: dict, work: Path, prefix: str, experts: int = 0,
-        safety: dict | None = None,
+        safety: dict | None = None, driver: dict | None = None,
     ) -> None:  # fmt: skip
         work.mkdir(parents=True, exist_ok=True)
         exe = str(Path(sys.executable).with_name("rlinf-robot"))
@@ -83,7 +83,8 @@ class TwinFleet:
             robot_id = f"{prefix}-{i}"
             config = work / f"{robot_id}.json"
             sections = {
-                "driver": {"task": "pick_lift", "cameras": [], "privileged_state": True, "randomization": gap},
+                "driver": {"task": "pick_lift", "cameras": [], "privileged_state": True, "randomization": gap,
+                           **(driver or {})},
                 "agent": {"spool_dir": str(work / f"spool-{robot_id}")},
             }  # fmt: skip
             if i < experts:
@@ -116,15 +117,19 @@ def serve_config(work: Path, *overrides: str):
 
 
 def evaluate_on_twins(
-    policy: Path, episodes: int, twins: int, gap: dict, work: Path, safety: dict | None = None
-) -> dict:
+    policy: Path, episodes: int, twins: int, gap: dict, work: Path, safety: dict | None = None,
+    driver: dict | None = None,
+) -> dict:  # fmt: skip
     """The policy, greedy, on ``twins`` twin agents until ``episodes`` episodes in all; ``safety``
-    overrides the agents' safety limits (a diagnosis: which limit costs how much)."""
+    overrides the agents' safety limits (a diagnosis: which limit costs how much), ``driver`` adds
+    twin driver settings (the action scale)."""
     from trainer.server.link_hosting import HostedLink, wait_for_robots
     from trainer.server.robot_eval import Evaluation, evaluate_on_robots
 
     with HostedLink(serve_config(work), mode="eval") as hosted:
-        fleet = TwinFleet(hosted.server.port, twins, gap, work / "twins", "eval", safety=safety)
+        fleet = TwinFleet(
+            hosted.server.port, twins, gap, work / "twins", "eval", safety=safety, driver=driver
+        )
         try:
             wait_for_robots(hosted.server, twins, 120, "eval twins")
             per_robot = -(-episodes // twins)
@@ -152,8 +157,9 @@ def train_in_sim(work: Path, minutes: float, seed: int, kwargs: str) -> Path:
 
 
 def train_with_twins(
-    work: Path, minutes: float, seed: int, gap: dict, twins: int, overrides: list[str], **train
-) -> Path:
+    work: Path, minutes: float, seed: int, gap: dict, twins: int, overrides: list[str],
+    driver: dict | None = None, **train,
+) -> Path:  # fmt: skip
     from trainer.checkpoint import POLICY_DIR, latest_checkpoint
     from trainer.server.train_mode import train as serve_train
 
@@ -166,7 +172,9 @@ def train_with_twins(
     try:
         serve_train(
             config,
-            on_started=lambda link: fleets.append(TwinFleet(link.port, twins, gap, work / "twins", "train")),
+            on_started=lambda link: fleets.append(
+                TwinFleet(link.port, twins, gap, work / "twins", "train", driver=driver)
+            ),
         )
     finally:
         for fleet in fleets:
@@ -174,7 +182,9 @@ def train_with_twins(
     return latest_checkpoint(work / "run") / POLICY_DIR
 
 
-def collect_twin_episodes(work: Path, count: int, twins: int, gap: dict, seed: int, experts: int = 0) -> Path:
+def collect_twin_episodes(
+    work: Path, count: int, twins: int, gap: dict, seed: int, experts: int = 0, driver: dict | None = None
+) -> Path:
     """``count`` twin episodes over the link (``serve`` collect mode): random actions, and on the first
     ``experts`` twins teleoperated grasps. Each benchmark seed collects episodes of its own (resets and
     actions from ``collect.seed``)."""
@@ -192,7 +202,7 @@ def collect_twin_episodes(work: Path, count: int, twins: int, gap: dict, seed: i
     thread.start()
     if not ready.wait(60):
         raise BenchmarkError("serve (collect mode) did not start listening within 60 s")
-    fleet = TwinFleet(state["port"], twins, gap, work / "twins", "sysid", experts)
+    fleet = TwinFleet(state["port"], twins, gap, work / "twins", "sysid", experts, driver=driver)
     try:
         while not (root / "meta" / "info.json").is_file() or read_info(root)["total_episodes"] < count:
             if not thread.is_alive():
@@ -205,11 +215,15 @@ def collect_twin_episodes(work: Path, count: int, twins: int, gap: dict, seed: i
     return root
 
 
-def fit_physics(work: Path, dataset: Path) -> tuple[Path, dict]:
+def fit_physics(work: Path, dataset: Path, driver: dict | None = None) -> tuple[Path, dict]:
     out = work / "physics.json"
     exe = str(Path(sys.executable).with_name("rlinf-calibrate"))
+    scale = (
+        ["--action-scale", f"{driver['max_translation_m']},{driver['max_rotation_rad']}"] if driver else []
+    )
     subprocess.run(
-        [exe, "sysid", "--dataset", str(dataset), "--task", "pick_lift", "--out", str(out)], check=True
+        [exe, "sysid", "--dataset", str(dataset), "--task", "pick_lift", *scale, "--out", str(out)],
+        check=True,
     )
     return out, json.loads(out.read_text())["fit"]
 
@@ -241,9 +255,24 @@ def robot_limits() -> str:
     return ", ".join(f"{name}: {value}" for name, value in SafetyConfig().sim_limits().items())
 
 
+def action_scale(at_limits: bool) -> dict:
+    """``--action-scale-at-limits``: a full action moves the arm by the agent's step caps (0.03 m,
+    0.2 rad) rather than the default 0.05 m, 0.3 rad, which the agent cuts back to the caps: the
+    outer 40 % of each translation axis is then a dead zone the policy explores for nothing. The sim
+    and the twin drivers get the same scale."""
+    if not at_limits:
+        return {}
+    from robot_agent.safety import SafetyConfig
+
+    safety = SafetyConfig()
+    return {"max_translation_m": safety.max_translation_m, "max_rotation_rad": safety.max_rotation_rad}
+
+
 def run_arm(arm: str, seed: int, args, gap: dict, work: Path, finetune_from: Path | None) -> dict:
     tick = time.monotonic()
     sim_kwargs = f"{SIM_KWARGS}, {robot_limits()}" if args.sim_robot_limits else SIM_KWARGS
+    driver = action_scale(args.action_scale_at_limits)
+    sim_kwargs += "".join(f", {name}: {value}" for name, value in driver.items())
     row: dict = {"arm": arm, "seed": seed}
     if arm == "sim_nominal":
         policy = train_in_sim(work, args.minutes, seed, sim_kwargs)
@@ -251,9 +280,9 @@ def run_arm(arm: str, seed: int, args, gap: dict, work: Path, finetune_from: Pat
         policy = train_in_sim(work, args.minutes, seed, f"{sim_kwargs}, randomization: {DR}")
     elif arm == "sim_sysid":
         dataset = collect_twin_episodes(
-            work / "sysid", args.sysid_episodes, 2, gap, seed, args.sysid_expert_twins
+            work / "sysid", args.sysid_episodes, 2, gap, seed, args.sysid_expert_twins, driver
         )
-        physics, fit = fit_physics(work, dataset)
+        physics, fit = fit_physics(work, dataset, driver)
         row["sysid"] = {"params": json.loads(physics.read_text())["params"], "error_before": fit["error_before"],
                         "error_after": fit["error_after"], "robot_episodes": args.sysid_episodes}  # fmt: skip
         row["robot_episodes"] = args.sysid_episodes
@@ -265,14 +294,14 @@ def run_arm(arm: str, seed: int, args, gap: dict, work: Path, finetune_from: Pat
                 raise BenchmarkError("cotrain_finetune needs the sim_nominal arm first (same seed)")
             overrides.append(f"policy.init_from={finetune_from}")
         policy = train_with_twins(
-            work, args.minutes, seed, gap, 2, overrides, config="ppo_pick_lift", robot_weight=2.0
+            work, args.minutes, seed, gap, 2, overrides, driver, config="ppo_pick_lift", robot_weight=2.0
         )
     elif arm == "twin_only":
         # RLPD as HIL-SERL runs it: 20 demonstrations (here the sim's scripted expert stands in for a
         # human's teleop), then RL on the robots alone; the pool's one sim env has weight 0.
         overrides = ["env.num_envs=1", f"env.kwargs={{{sim_kwargs}}}", "algo.learning_starts=400"]
         policy = train_with_twins(
-            work, args.minutes, seed, gap, 2, overrides, config="rlpd_pick_lift", sim_weight=0.0
+            work, args.minutes, seed, gap, 2, overrides, driver, config="rlpd_pick_lift", sim_weight=0.0
         )
     else:
         raise BenchmarkError(f"unknown arm {arm!r}; arms: {list(ARMS)}")
@@ -283,7 +312,9 @@ def run_arm(arm: str, seed: int, args, gap: dict, work: Path, finetune_from: Pat
         row.update(robot_learning_curve(work / "robot_episodes", demo_robot_episodes))
     row.setdefault("robot_episodes", 0)
     row["policy"] = str(policy)
-    row["twin_eval"] = evaluate_on_twins(policy, args.eval_episodes, args.eval_twins, gap, work / "eval")
+    row["twin_eval"] = evaluate_on_twins(
+        policy, args.eval_episodes, args.eval_twins, gap, work / "eval", driver=driver
+    )
     print(f"{arm} seed {seed}: twin success {row['twin_eval']['success_rate']:.2f} over "
           f"{row['twin_eval']['episodes']} episodes; robot episodes {row['robot_episodes']}", flush=True)  # fmt: skip
     return row
@@ -342,6 +373,11 @@ def main() -> int:
         "--sim-robot-limits",
         action="store_true",
         help="the sim applies the twin agents' safety limits (step length, target lead) as they do",
+    )
+    parser.add_argument(
+        "--action-scale-at-limits",
+        action="store_true",
+        help="a full action moves the arm by the agent's step caps (sim and twins), not past them",
     )
     parser.add_argument(
         "--sysid-expert-twins",
@@ -425,8 +461,9 @@ def reevaluate(args) -> int:
             continue
         work = Path(result["settings"]["work"]) / f"{row['arm']}-{row['seed']}" / "reeval"
         shutil.rmtree(work, ignore_errors=True)
+        driver = action_scale(result["settings"].get("action_scale_at_limits", False))
         figures = evaluate_on_twins(
-            Path(row["policy"]), args.eval_episodes, args.eval_twins, result["gap"], work, safety
+            Path(row["policy"]), args.eval_episodes, args.eval_twins, result["gap"], work, safety, driver
         )
         previous = row["twin_eval"]
         if safety:

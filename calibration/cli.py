@@ -132,6 +132,12 @@ def build_parser() -> argparse.ArgumentParser:
     sysid.add_argument("--generations", type=int, default=16)
     sysid.add_argument("--population", type=int, default=8)
     sysid.add_argument("--seed", type=int, default=0)
+    sysid.add_argument(
+        "--action-scale",
+        default="",
+        metavar="M,RAD",
+        help="what a full action moved the robot by (its max_translation_m,max_rotation_rad; default the sim's)",
+    )
     sysid.add_argument("--out", type=Path, default=Path("physics.json"))
     return parser
 
@@ -262,6 +268,19 @@ def robot_hand_eye(args: argparse.Namespace):
         driver.close()
 
 
+def action_scale_arg(text: str) -> dict[str, float] | None:
+    """``--action-scale M,RAD`` -> the sim's ``max_translation_m`` / ``max_rotation_rad``."""
+    if not text:
+        return None
+    try:
+        metres, radians = (float(x) for x in text.split(","))
+    except ValueError:
+        raise CalibrationError(f"--action-scale must be M,RAD (e.g. 0.03,0.2), got {text!r}") from None
+    if metres <= 0 or radians <= 0:
+        raise CalibrationError(f"--action-scale must be positive, got {text!r}")
+    return {"max_translation_m": metres, "max_rotation_rad": radians}
+
+
 def run_sysid(args: argparse.Namespace) -> str:
     from tqdm import tqdm
 
@@ -282,7 +301,7 @@ def run_sysid(args: argparse.Namespace) -> str:
         cfg = SysIdConfig(str(args.dataset), args.task, params, args.episodes, args.generations,
                           args.population, args.seed)  # fmt: skip
         recorded = load_recorded_episodes(args.dataset, args.episodes)
-        replayer = EpisodeReplayer(args.task, recorded)
+        replayer = EpisodeReplayer(args.task, recorded, action_scale_arg(args.action_scale))
     except ValueError as exc:  # SysIdError, an unknown task
         raise CalibrationError(str(exc)) from None
     episodes, fps = recorded.episodes, recorded.fps

@@ -146,12 +146,17 @@ def _field_columns(state_names: list[str]) -> dict[str, list[int]]:
 class EpisodeReplayer:
     """Replays recorded episodes open loop in one sim env under given physics parameters."""
 
-    def __init__(self, task: str, recorded: RecordedEpisodes) -> None:
+    def __init__(
+        self, task: str, recorded: RecordedEpisodes, action_scale: dict[str, float] | None = None
+    ) -> None:
+        """``action_scale``: the robot's ``max_translation_m`` / ``max_rotation_rad`` (what a full
+        action moved it by), where it is not the sim's default."""
         from sim_envs.franka_env import FrankaEnv
 
         try:
             self.env = FrankaEnv(task=task, cameras=(), privileged_state=True, control_hz=recorded.fps,
-                                 action_rotation=len(recorded.action_names) == 7, initial_joint_noise=0.0)  # fmt: skip
+                                 action_rotation=len(recorded.action_names) == 7, initial_joint_noise=0.0,
+                                 **(action_scale or {}))  # fmt: skip
         except ValueError as exc:
             raise SysIdError(f"the sim cannot replay these episodes: {exc}") from None
         if self.env.env_spec.action.names != recorded.action_names:

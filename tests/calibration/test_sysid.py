@@ -26,10 +26,12 @@ GAP = {
 }
 
 
-def record_random_episodes(root: Path, task: str, episodes: int, steps: int, randomization=None) -> Path:
+def record_random_episodes(
+    root: Path, task: str, episodes: int, steps: int, randomization=None, **env_kwargs
+) -> Path:
     """Episodes of uniformly random actions (a rich excitation of the arm's dynamics), written as
     LeRobot v3 with what the robot would record: its state (here with the cube's pose) and actions."""
-    env = FrankaEnv(task=task, cameras=(), privileged_state=True, randomization=randomization)
+    env = FrankaEnv(task=task, cameras=(), privileged_state=True, randomization=randomization, **env_kwargs)
     writer = LeRobotWriter(root, fps=env.env_spec.control_hz, robot_type="franka")
     for episode in range(episodes):
         rng = np.random.default_rng(episode)
@@ -81,6 +83,20 @@ def test_the_replay_under_the_true_physics_reproduces_the_recording(robot_episod
         < 1e-8
         < max(replayer.squared_errors(recorded.episodes, PhysicsParams()).values())
     )
+
+
+def test_episodes_of_a_robot_with_a_smaller_action_scale_replay_only_under_that_scale(tmp_path):
+    scale = {"max_translation_m": 0.03, "max_rotation_rad": 0.2}  # the agent's step caps
+    root = record_random_episodes(tmp_path / "episodes", "pick_lift", 1, 20, GAP, **scale)
+    recorded = load_recorded_episodes(root, max_episodes=1)
+    true = PhysicsParams(0.7, 1.5, TRUE_GAIN, TRUE_LATENCY_MS)
+    told = EpisodeReplayer("pick_lift", recorded, scale).squared_errors(recorded.episodes, true)
+    untold = EpisodeReplayer("pick_lift", recorded).squared_errors(recorded.episodes, true)
+    assert max(told.values()) < 1e-8 < untold["tcp_pos"]
+    bad = subprocess.run([EXE, "sysid", "--dataset", str(root), "--action-scale", "0.03"],
+                         cwd=ROOT, capture_output=True, text=True, timeout=120)  # fmt: skip
+    assert bad.returncode != 0 and "--action-scale must be M,RAD" in bad.stderr, bad.stderr
+    assert "Traceback" not in bad.stderr
 
 
 def test_the_cli_writes_a_physics_file_that_the_sim_applies(robot_episodes, tmp_path):
