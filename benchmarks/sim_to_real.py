@@ -257,9 +257,9 @@ def robot_limits() -> str:
 
 def action_scale(at_limits: bool) -> dict:
     """``--action-scale-at-limits``: a full action moves the arm by the agent's step caps (0.03 m,
-    0.2 rad) rather than the default 0.05 m, 0.3 rad, which the agent cuts back to the caps: the
-    outer 40 % of each translation axis is then a dead zone the policy explores for nothing. The sim
-    and the twin drivers get the same scale."""
+    0.2 rad) rather than the default 0.05 m, 0.3 rad, which the agent cuts back to the caps. The sim
+    and the twin drivers get the same scale. Measured: worse over the benchmark (README), likely as
+    the policy's exploration noise, in action units, then moves the arm less."""
     if not at_limits:
         return {}
     from robot_agent.safety import SafetyConfig
