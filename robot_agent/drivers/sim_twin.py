@@ -41,9 +41,9 @@ class SimTwinConfig:
     privileged_state: bool = False
     # False: 4-D actions (translation + gripper), as the embedded default policy (ppo_pick_lift) uses.
     action_rotation: bool = True
-    # What a full action moves the TCP by per step, as a real arm's driver config says (the sim's defaults).
-    max_translation_m: float = 0.05
-    max_rotation_rad: float = 0.3
+    # What a full action moves the TCP by per step, as a real arm's driver config says (0: the sim's own).
+    max_translation_m: float = 0.0
+    max_rotation_rad: float = 0.0
     # False: reward 0 and never success or terminated, as a real arm reports (the trainer's reward
     # source, e.g. a success classifier, has to judge the episode).
     report_reward: bool = True
@@ -75,11 +75,11 @@ class SimTwinDriver(RobotDriver):
             reward_type=self.config.reward_type,
             privileged_state=self.config.privileged_state,
             action_rotation=self.config.action_rotation,
-            max_translation_m=self.config.max_translation_m,
-            max_rotation_rad=self.config.max_rotation_rad,
             randomization=randomization,  # type: ignore[arg-type]  (from_overrides converts a dict)
             max_episode_steps=1_000_000_000,  # the agent truncates at the spec's horizon, not the env
-        )
+            **{name: value for name in ("max_translation_m", "max_rotation_rad")
+               if (value := getattr(self.config, name))},
+        )  # fmt: skip
         self.env = FrankaEnv(config=env_config)
         horizon = self.config.max_episode_steps or self.env.task.max_episode_steps
         self.spec = dataclasses.replace(

@@ -47,7 +47,7 @@ def instruction_of(task: str) -> str:
 
 
 def _numpy(value: Any) -> np.ndarray:
-    value = value.detach().cpu().numpy() if hasattr(value, "detach") else np.asarray(value)
+    value = to_numpy(value)
     return value[0] if value.ndim and value.shape[0] == 1 else value  # one env: drop the batch axis
 
 
@@ -183,7 +183,6 @@ class ManiSkillEnv(gym.Env):
         self.max_episode_steps = task_horizon(task, max_episode_steps)
         first, _ = self.env.reset(seed=0)
         self.layout = ObservationLayout(obs_mode, first)
-        self.cameras, self.state_keys = self.layout.cameras, self.layout.state_keys
         self.env_spec = maniskill_spec(
             self.env, task, self.layout, image_size, self.max_episode_steps, control_hz
         )

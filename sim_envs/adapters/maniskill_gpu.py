@@ -95,10 +95,6 @@ class ManiSkillGPUVectorEnv(BatchedVectorEnv):
             self.env, task, self.layout, image_size, self.horizon, control_hz, name=ENV_ID
         )
 
-    @property
-    def device(self) -> str:
-        return str(self.env.unwrapped.device)
-
     def _observation(self) -> dict[str, Any]:
         return self.layout.convert(self._last, self.spec.instruction)
 
