@@ -12,11 +12,14 @@ side's server makes arrays of the frames (no copy where it can) and answers at o
 * **ours**: the real agent (control loop at 30 Hz, safety, spool) and the real link server
   (``benchmarks/link_latency.py``'s ``run_link``): raw frames by the same-host frame ring, raw
   frames in-band (as to another host), and JPEG q90; measured after a warm-up (``WARMUP_S``).
+  Lockstep as well as at 30 Hz: in lockstep each observation waits for the answer to the one before
+  (the control loop ticks up to 1 kHz), so one round trip is in flight at a time, as in the peers'.
 
 Links: loopback, and loopback shaped with ``tc tbf`` inside a network namespace (``ip netns``,
 needs root; this kernel has no netem) at 10 Gb/s, 1 Gb/s and 100 Mb/s. On a shaped link, which
 stands for another host, our raw frames go in-band (no ring). Figures: round trip p50/p99 and, at
-30 Hz, ticks whose answer came later than the period.
+30 Hz, ticks whose answer came later than the period. Ratios compare like with like (lockstep with
+lockstep, 30 Hz with 30 Hz): an idle 30 Hz loop pays wake-ups that a busy lockstep loop does not.
 
     sudo python benchmarks/link_compare.py [--requests 300] [--links loopback,10gbit,1gbit,100mbit] [--rounds 3]
 """
@@ -56,6 +59,7 @@ NAMESPACE = "rlinf-link-bench"
 # 640x480 frames); afterwards frames reuse the memory of those let go. The peers keep nothing.
 WARMUP_S = 12.0
 PERIOD_MS = 1000 / 30
+LOCKSTEP_MAX_HZ = 1000.0
 
 
 def summary(samples: list[float]) -> dict[str, float]:
@@ -128,9 +132,12 @@ def run_peer(peer: str, prefix: list[str], python: Path, requests: int, hz: floa
     return summary(json.loads(out.stdout.strip().splitlines()[-1]))
 
 
-def run_ours(prefix: list[str], codec: str, ring_slots: int, duration_s: float) -> dict:
+def run_ours(
+    prefix: list[str], codec: str, ring_slots: int, duration_s: float, lockstep: bool = False
+) -> dict:
+    mode = "lockstep" if lockstep else "30hz"
     out = subprocess.run(
-        [*prefix, sys.executable, __file__, "--ours", codec, str(ring_slots), str(duration_s)],
+        [*prefix, sys.executable, __file__, "--ours", codec, str(ring_slots), str(duration_s), mode],
         capture_output=True, text=True, timeout=600, cwd=ROOT,
     )  # fmt: skip
     if out.returncode != 0:
@@ -140,40 +147,68 @@ def run_ours(prefix: list[str], codec: str, ring_slots: int, duration_s: float) 
     return json.loads(out.stdout.strip().splitlines()[-1])
 
 
-def ours_in_this_process(codec: str, ring_slots: int, duration_s: float) -> None:
+def ours_in_this_process(codec: str, ring_slots: int, duration_s: float, mode: str) -> None:
     sys.path.insert(0, str(Path(__file__).parent))
     import link_latency
 
     frames = link_latency.render_scene_frames(6.0)
+    lockstep = mode == "lockstep"
+    # Lockstep: the control loop may tick at up to 1 kHz, and each observation waits for the answer
+    # to the one before it (``run_link(lockstep=True)``).
+    hz = LOCKSTEP_MAX_HZ if lockstep else 30.0
     try:
         result = link_latency.run_link(
-            frames, 30.0, duration_s, 300, codec, ring_slots, decode="view", warmup_s=WARMUP_S
+            frames,
+            hz,
+            duration_s,
+            300,
+            codec,
+            ring_slots,
+            decode="view",
+            warmup_s=WARMUP_S,
+            lockstep=lockstep,
         )
     except IndexError:  # no chunk came back at all: the link cannot carry this payload at 30 Hz
         print(json.dumps({"failed": "no round trip completed: the link cannot carry the payload at 30 Hz"}))
         return
-    print(json.dumps({**result["round_trip"], "late_over_33ms": result["late_over_33ms"],
-                      "missed_ticks": result["missed_ticks"], "dropped": result["dropped_observations"],
-                      "frames": result["frames"]}))  # fmt: skip
+    figures = {**result["round_trip"], "late_over_33ms": result["late_over_33ms"],
+               "dropped": result["dropped_observations"], "frames": result["frames"]}  # fmt: skip
+    if lockstep:
+        figures["round_trips_per_s"] = result["answers_per_s"]
+    else:  # a lockstep loop ticks as fast as answers come: its missed ticks mean nothing
+        figures["missed_ticks"] = result["missed_ticks"]
+    print(json.dumps(figures))
 
 
 TARGET_SPEEDUP = {"10gbit": 1.0, "1gbit": 3.0, "100mbit": 10.0}  # ours faster than each peer by this
+MODES = ("lockstep", "30hz")
 
 
-def speedups(links: dict) -> dict[str, dict[str, float]]:
-    """Per link and peer: the peer's best p50 (lockstep or 30 Hz) over ours (``link.codec=auto`` at
-    30 Hz, the default)."""
-    out: dict[str, dict[str, float]] = {}
+def speedups(links: dict) -> dict[str, dict[str, dict[str, float]]]:
+    """Per link, mode (lockstep, 30 Hz) and peer: the peer's p50 over ours (``link.codec=auto``, the
+    default) in the same mode. Like with like: an idle 30 Hz loop pays wake-ups a busy one does not."""
+    out: dict[str, dict[str, dict[str, float]]] = {}
     for link, row in links.items():
-        ours = row.get("ours_auto_30hz", {}).get("p50_ms")
-        if ours is None:
-            continue
-        for peer in ("openpi", "lerobot"):
-            figures = [
-                row[k]["p50_ms"] for k in (f"{peer}_lockstep", f"{peer}_30hz") if "p50_ms" in row.get(k, {})
-            ]
-            if figures:
-                out.setdefault(link, {})[peer] = min(figures) / ours
+        for mode in MODES:
+            ours = row.get(f"ours_auto_{mode}", {}).get("p50_ms")
+            for peer in ("openpi", "lerobot"):
+                theirs = row.get(f"{peer}_{mode}", {}).get("p50_ms")
+                if ours is not None and theirs is not None:
+                    out.setdefault(link, {}).setdefault(mode, {})[peer] = theirs / ours
+    return out
+
+
+def loopback_raw_vs_openpi(loop: dict) -> dict[str, float]:
+    """Per mode: our best raw-frame p50 on loopback (frame ring or in-band) over openpi's (target <= 0.8)."""
+    out = {}
+    for mode in MODES:
+        ours = [
+            loop[k]["p50_ms"]
+            for k in (f"ours_raw_ring_{mode}", f"ours_raw_in_band_{mode}")
+            if "p50_ms" in loop.get(k, {})
+        ]
+        if ours and "p50_ms" in loop.get(f"openpi_{mode}", {}):
+            out[mode] = min(ours) / loop[f"openpi_{mode}"]["p50_ms"]
     return out
 
 
@@ -185,10 +220,10 @@ def main() -> None:
         "--rounds", type=int, default=1, help="runs of every side per link, alternating; medians reported"
     )
     parser.add_argument("--out", type=Path, default=RESULTS / "link_compare.json")
-    parser.add_argument("--ours", nargs=3, help=argparse.SUPPRESS)
+    parser.add_argument("--ours", nargs=4, help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.ours:
-        ours_in_this_process(args.ours[0], int(args.ours[1]), float(args.ours[2]))
+        ours_in_this_process(args.ours[0], int(args.ours[1]), float(args.ours[2]), args.ours[3])
         return
     openpi = peer_python("openpi", OPENPI_PINS)
     lerobot = peer_python("lerobot", LEROBOT_PINS, tuple(LEROBOT_NO_DEPS))
@@ -207,13 +242,17 @@ def main() -> None:
             "openpi_30hz": partial(run_peer, "openpi", prefix, openpi, args.requests, 30.0),
             "lerobot_lockstep": partial(run_peer, "lerobot", prefix, lerobot, args.requests, 0.0),
             "lerobot_30hz": partial(run_peer, "lerobot", prefix, lerobot, args.requests, 30.0),
-            "ours_raw_in_band_30hz": partial(run_ours, prefix, "raw", 0, duration),
-            "ours_jpeg_30hz": partial(run_ours, prefix, "jpeg", 0, duration),
-            # The default: on this host the frame ring; on a shaped link (another host) no ring.
-            "ours_auto_30hz": partial(run_ours, prefix, "auto", 0 if prefix else 16, duration),
         }
-        if link == "loopback":
-            runs["ours_raw_ring_30hz"] = partial(run_ours, prefix, "raw", 16, duration)
+        for mode in MODES:
+            lockstep = mode == "lockstep"
+            runs[f"ours_raw_in_band_{mode}"] = partial(run_ours, prefix, "raw", 0, duration, lockstep)
+            runs[f"ours_jpeg_{mode}"] = partial(run_ours, prefix, "jpeg", 0, duration, lockstep)
+            # The default: on this host the frame ring; on a shaped link (another host) no ring.
+            runs[f"ours_auto_{mode}"] = partial(
+                run_ours, prefix, "auto", 0 if prefix else 16, duration, lockstep
+            )
+            if link == "loopback":
+                runs[f"ours_raw_ring_{mode}"] = partial(run_ours, prefix, "raw", 16, duration, lockstep)
         # Rounds of one run of each: a drift in this shared machine's speed lands on every side alike.
         rounds = [{name: run() for name, run in runs.items()} for _ in range(args.rounds)]
         if prefix:
@@ -226,18 +265,16 @@ def main() -> None:
                 continue
             print(f"{link:9s} {name:22s} p50 {figures['p50_ms']:7.2f} ms  p99 {figures['p99_ms']:7.2f} ms  "
                   f"late {figures['late_over_33ms']}  {figures.get('frames', '')}", flush=True)  # fmt: skip
-    loop = results["links"].get("loopback", {})
-    if "ours_raw_ring_30hz" in loop:
-        best_raw = min(loop["ours_raw_ring_30hz"]["p50_ms"], loop["ours_raw_in_band_30hz"]["p50_ms"])
-        results["loopback_raw_vs_openpi"] = best_raw / loop["openpi_30hz"]["p50_ms"]
-        print(f"loopback: our raw p50 / openpi's (both at 30 Hz) = {results['loopback_raw_vs_openpi']:.2f} "
-              "(target <= 0.8)")  # fmt: skip
+    results["loopback_raw_vs_openpi"] = loopback_raw_vs_openpi(results["links"].get("loopback", {}))
+    for mode, ratio in results["loopback_raw_vs_openpi"].items():
+        print(f"loopback, {mode}: our raw p50 / openpi's = {ratio:.2f} (target <= 0.8)")
     results["speedups"] = speedups(results["links"])
-    for link, by_peer in results["speedups"].items():
+    for link, by_mode in results["speedups"].items():
         wanted = TARGET_SPEEDUP.get(link)
-        print(f"{link:9s} ours (auto, 30 Hz) vs the peers' best p50: "
-              + ", ".join(f"{peer} {ratio:.2f}x" for peer, ratio in by_peer.items())
-              + (f" (target >= {wanted}x)" if wanted else ""))  # fmt: skip
+        for mode, by_peer in by_mode.items():
+            print(f"{link:9s} {mode:8s} ours (auto) vs the peers' p50: "
+                  + ", ".join(f"{peer} {ratio:.2f}x" for peer, ratio in by_peer.items())
+                  + (f" (target >= {wanted}x)" if wanted else ""))  # fmt: skip
     results["machine"] = {"cpus": os.cpu_count(), "python": platform.python_version()}
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(results, indent=2))

@@ -27,6 +27,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
@@ -61,12 +62,16 @@ def render_scene_frames(sensor_noise: float) -> dict[str, np.ndarray]:
 
 
 class StaticFramesDriver(RobotDriver):
-    """A driver that 'captures' fixed rendered frames: isolates the link from physics and cameras."""
+    """A driver that 'captures' fixed rendered frames: isolates the link from physics and cameras.
+
+    ``wait_for_answer`` (lockstep): called before each capture; blocks until the trainer answered
+    the previous observation, so one observation is in flight at a time, as a lockstep client's."""
 
     kind = "bench"
 
     def __init__(self, frames: dict[str, np.ndarray], control_hz: float, episode_steps: int) -> None:
         self.frames = frames
+        self.wait_for_answer: Callable[[], object] | None = None
         self.spec = EnvSpec(
             name="bench/link",
             cameras=tuple(CameraSpec(n, *f.shape[:2], control_hz) for n, f in frames.items()),
@@ -87,6 +92,8 @@ class StaticFramesDriver(RobotDriver):
         pass
 
     def observe(self) -> DriverObservation:
+        if self.wait_for_answer is not None:
+            self.wait_for_answer()
         now = time.monotonic_ns()
         return DriverObservation(self.state, self.frames, dict.fromkeys(self.frames, now))
 
@@ -197,11 +204,14 @@ def serve_forever(port_file: Path, stats_file: Path, decode: str = "copy") -> No
 
 def run_link(
     frames, control_hz: float, duration_s: float, episode_steps: int, codec: str = "jpeg",
-    frame_ring_slots: int = 16, decode: str = "copy", warmup_s: float = 0.0,
+    frame_ring_slots: int = 16, decode: str = "copy", warmup_s: float = 0.0, lockstep: bool = False,
 ) -> dict:  # fmt: skip
     """The agent in this process, the trainer in another (as on two machines, no shared GIL).
     ``frame_ring_slots=0`` keeps raw frames in-band even on loopback (as to another host).
-    ``warmup_s``: run this long before measuring (see link_compare.py's WARMUP_S)."""
+    ``warmup_s``: run this long before measuring (see link_compare.py's WARMUP_S).
+    ``lockstep``: the next observation leaves as soon as the previous one is answered (the peers'
+    back-to-back figure); the control loop then runs at ``control_hz`` or as fast as the answers come,
+    whichever is slower, and its late and missed ticks mean nothing."""
     with tempfile.TemporaryDirectory() as tmp:
         port_file, stats_file = Path(tmp) / "port", Path(tmp) / "stats.json"
         trainer = subprocess.Popen(
@@ -223,8 +233,16 @@ def run_link(
                 frame_ring_slots=frame_ring_slots,
             ),
         )
-        agent = AgentThread(Agent(StaticFramesDriver(frames, control_hz, episode_steps), config)).start()
-        control = agent.agent.control
+        driver = StaticFramesDriver(frames, control_hz, episode_steps)
+        robot = Agent(driver, config)
+        control = robot.control
+        if lockstep:  # between episodes nothing is answered: the timeout lets the loop go on
+
+            def wait_for_answer() -> bool:
+                return control.queue.wait_answered(control.ledger.lookup(-1).newest_sent, 0.1)
+
+            driver.wait_for_answer = wait_for_answer
+        agent = AgentThread(robot).start()
         deadline = time.monotonic() + 60
         while control.stats.actions_executed == 0 and time.monotonic() < deadline:
             time.sleep(0.01)
@@ -251,6 +269,7 @@ def run_link(
         "agent_encode": summarize(encode),
         "trainer_decode_and_reply": summarize(trainer_ms),
         "actions_per_s": executed / duration_s,
+        "answers_per_s": new / duration_s,  # chunks accepted: in lockstep, round trips per second
         "late_over_33ms": int(sum(s > 1000 / 30 for s in samples)),
         "missed_ticks": after["missed"] - before["missed"],
         "late_ticks": after["late"] - before["late"],
