@@ -19,24 +19,21 @@ from __future__ import annotations
 
 import argparse
 import json
-import math
 import os
 import platform
 import shutil
 from pathlib import Path
 
-from sim_to_real import SIM_KWARGS, robot_limits
+from sim_to_real import SIM_KWARGS, noise_matched_to_scale, robot_limits
 
 RESULTS = Path(__file__).resolve().parent / "results"
-DEFAULT_SCALE = (0.05, 0.3)  # the sim's own: metres and radians per unit action
-CAPS = (0.03, 0.2)  # the agent's SafetyConfig step caps
-DEFAULT_LOG_STD = -0.5  # policies.config.PolicyConfig.init_log_std
+CAPS = (0.03, 0.2)  # the agent's SafetyConfig step caps, metres and radians
 ARMS = {
     "scale_0.05": {},
     "scale_0.03": {"scale": CAPS},
     "scale_0.03_noise_matched": {
         "scale": CAPS,
-        "init_log_std": DEFAULT_LOG_STD + math.log(DEFAULT_SCALE[0] / CAPS[0]),
+        "init_log_std": noise_matched_to_scale(CAPS[0]),
     },
 }
 

@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import os
 import platform
 import shutil
@@ -144,14 +145,14 @@ def evaluate_on_twins(
 
 
 # -- the arms ------------------------------------------------------------------------------------
-def train_in_sim(work: Path, minutes: float, seed: int, kwargs: str) -> Path:
+def train_in_sim(work: Path, minutes: float, seed: int, kwargs: str, extra: list[str] | None = None) -> Path:
     from trainer.checkpoint import POLICY_DIR, latest_checkpoint
     from trainer.configs.loader import load_config
     from trainer.runner import Runner
 
     cfg = load_config("ppo_pick_lift", [f"env.kwargs={{{kwargs}}}", f"run.max_wall_minutes={minutes}",
                                         "run.total_env_steps=100000000", "run.eval_every=0", f"run.seed={seed}",
-                                        f"run.output_dir={work / 'run'}"])  # fmt: skip
+                                        f"run.output_dir={work / 'run'}", *(extra or [])])  # fmt: skip
     Runner(cfg).run()
     return latest_checkpoint(work / "run") / POLICY_DIR
 
@@ -268,16 +269,39 @@ def action_scale(at_limits: bool) -> dict:
     return {"max_translation_m": safety.max_translation_m, "max_rotation_rad": safety.max_rotation_rad}
 
 
+SIM_ACTION_SCALE_M = 0.05  # what a full action moves the sim's arm by default (FrankaEnv's own)
+DEFAULT_INIT_LOG_STD = -0.5  # policies.config.PolicyConfig.init_log_std
+
+
+def noise_matched_to_scale(scale_m: float) -> float:
+    """The initial log std at which a policy's exploration noise moves the arm as far at ``scale_m``
+    per unit action as the default noise does at the sim's default 0.05 m."""
+    return DEFAULT_INIT_LOG_STD + math.log(SIM_ACTION_SCALE_M / scale_m)
+
+
+def ppo_noise(args) -> list[str]:
+    """``--scale-noise-with-action``: with the action scale at the caps, the PPO arms' initial
+    exploration noise scaled up by 0.05 / 0.03 (``benchmarks/action_scale_ab.py`` measured that)."""
+    if not getattr(args, "scale_noise_with_action", False):
+        return []
+    if not args.action_scale_at_limits:
+        raise BenchmarkError("--scale-noise-with-action needs --action-scale-at-limits")
+    from robot_agent.safety import SafetyConfig
+
+    return [f"policy.init_log_std={noise_matched_to_scale(SafetyConfig().max_translation_m):.4f}"]
+
+
 def run_arm(arm: str, seed: int, args, gap: dict, work: Path, finetune_from: Path | None) -> dict:
     tick = time.monotonic()
     sim_kwargs = f"{SIM_KWARGS}, {robot_limits()}" if args.sim_robot_limits else SIM_KWARGS
     driver = action_scale(args.action_scale_at_limits)
+    noise = ppo_noise(args)
     sim_kwargs += "".join(f", {name}: {value}" for name, value in driver.items())
     row: dict = {"arm": arm, "seed": seed}
     if arm == "sim_nominal":
-        policy = train_in_sim(work, args.minutes, seed, sim_kwargs)
+        policy = train_in_sim(work, args.minutes, seed, sim_kwargs, noise)
     elif arm == "sim_dr":
-        policy = train_in_sim(work, args.minutes, seed, f"{sim_kwargs}, randomization: {DR}")
+        policy = train_in_sim(work, args.minutes, seed, f"{sim_kwargs}, randomization: {DR}", noise)
     elif arm == "sim_sysid":
         dataset = collect_twin_episodes(
             work / "sysid", args.sysid_episodes, 2, gap, seed, args.sysid_expert_twins, driver
@@ -286,9 +310,9 @@ def run_arm(arm: str, seed: int, args, gap: dict, work: Path, finetune_from: Pat
         row["sysid"] = {"params": json.loads(physics.read_text())["params"], "error_before": fit["error_before"],
                         "error_after": fit["error_after"], "robot_episodes": args.sysid_episodes}  # fmt: skip
         row["robot_episodes"] = args.sysid_episodes
-        policy = train_in_sim(work, args.minutes, seed, f"{sim_kwargs}, physics_file: {physics}")
+        policy = train_in_sim(work, args.minutes, seed, f"{sim_kwargs}, physics_file: {physics}", noise)
     elif arm in ("cotrain_scratch", "cotrain_finetune"):
-        overrides = ["env.num_envs=16", f"env.kwargs={{{sim_kwargs}}}"]
+        overrides = ["env.num_envs=16", f"env.kwargs={{{sim_kwargs}}}", *noise]
         if arm == "cotrain_finetune":
             if finetune_from is None:
                 raise BenchmarkError("cotrain_finetune needs the sim_nominal arm first (same seed)")
@@ -380,6 +404,12 @@ def main() -> int:
         help="a full action moves the arm by the agent's step caps (sim and twins), not past them",
     )
     parser.add_argument(
+        "--scale-noise-with-action",
+        action="store_true",
+        help="with --action-scale-at-limits: the PPO arms' initial exploration noise scaled up by "
+        "0.05 / 0.03, so it moves the arm as far as at the default scale",
+    )
+    parser.add_argument(
         "--sysid-expert-twins",
         type=int,
         default=1,
@@ -409,6 +439,8 @@ def main() -> int:
     args = parser.parse_args()
     if args.twin_safety and not args.reevaluate:
         parser.error("--twin-safety goes with --reevaluate")
+    if args.scale_noise_with_action and not args.action_scale_at_limits:
+        parser.error("--scale-noise-with-action goes with --action-scale-at-limits")
     if args.reevaluate:
         return reevaluate(args)
     try:

@@ -56,7 +56,12 @@ def frames_of(root):
 
 def test_teleop_records_the_trace_as_driven_and_labelled(tmp_path):
     path, readings = trace(tmp_path, steps=12, label="success")
-    config = robot_config(tmp_path, teleop={"kind": "replay", "path": path, "on_end": "release"})
+    # A generous watchdog (2 s): this test is about what is recorded, and a tick stalled past the
+    # default 2 periods (100 ms; seen with another test process on the second core) holds the arm
+    # where it is; the next step is then measured from there, not from the trace's last target, and
+    # may be pulled back (the lead limit). The watchdog has its own tests.
+    config = robot_config(tmp_path, teleop={"kind": "replay", "path": path, "on_end": "release"},
+                          safety={"watchdog_periods": 40.0})  # fmt: skip
     root = tmp_path / "dataset"
     code = main(["teleop", "--robot", "sim-twin", "--robot-config", config, "--episodes", "1",
                  "--record-dir", str(root), "--spool-dir", str(tmp_path / "spool")])  # fmt: skip
