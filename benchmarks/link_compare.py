@@ -168,8 +168,8 @@ def ours_in_this_process(codec: str, ring_slots: int, duration_s: float, mode: s
             warmup_s=WARMUP_S,
             lockstep=lockstep,
         )
-    except IndexError:  # no chunk came back at all: the link cannot carry this payload at 30 Hz
-        print(json.dumps({"failed": "no round trip completed: the link cannot carry the payload at 30 Hz"}))
+    except IndexError:  # no chunk came back at all: the link cannot carry this payload
+        print(json.dumps({"failed": f"no round trip completed: the link cannot carry the payload ({mode})"}))
         return
     figures = {**result["round_trip"], "late_over_33ms": result["late_over_33ms"],
                "dropped": result["dropped_observations"], "frames": result["frames"]}  # fmt: skip
