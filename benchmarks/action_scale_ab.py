@@ -24,10 +24,10 @@ import platform
 import shutil
 from pathlib import Path
 
-from sim_to_real import SIM_KWARGS, noise_matched_to_scale, robot_limits
+from sim_to_real import SIM_KWARGS, action_scale, noise_matched_to_scale, robot_limits
 
 RESULTS = Path(__file__).resolve().parent / "results"
-CAPS = (0.03, 0.2)  # the agent's SafetyConfig step caps, metres and radians
+CAPS = tuple(action_scale(at_limits=True).values())  # the agent's step caps: metres, radians
 ARMS = {
     "scale_0.05": {},
     "scale_0.03": {"scale": CAPS},

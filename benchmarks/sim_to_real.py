@@ -269,23 +269,20 @@ def action_scale(at_limits: bool) -> dict:
     return {"max_translation_m": safety.max_translation_m, "max_rotation_rad": safety.max_rotation_rad}
 
 
-SIM_ACTION_SCALE_M = 0.05  # what a full action moves the sim's arm by default (FrankaEnv's own)
-DEFAULT_INIT_LOG_STD = -0.5  # policies.config.PolicyConfig.init_log_std
-
-
 def noise_matched_to_scale(scale_m: float) -> float:
     """The initial log std at which a policy's exploration noise moves the arm as far at ``scale_m``
-    per unit action as the default noise does at the sim's default 0.05 m."""
-    return DEFAULT_INIT_LOG_STD + math.log(SIM_ACTION_SCALE_M / scale_m)
+    per unit action as the default noise does at the sim's default scale (0.05 m)."""
+    from policies.config import PolicyConfig
+    from sim_envs.franka_env import FrankaEnvConfig
+
+    return PolicyConfig().init_log_std + math.log(FrankaEnvConfig().max_translation_m / scale_m)
 
 
 def ppo_noise(args) -> list[str]:
-    """``--scale-noise-with-action``: with the action scale at the caps, the PPO arms' initial
+    """``--scale-noise-with-action`` (with ``--action-scale-at-limits``): the PPO arms' initial
     exploration noise scaled up by 0.05 / 0.03 (``benchmarks/action_scale_ab.py`` measured that)."""
-    if not getattr(args, "scale_noise_with_action", False):
+    if not args.scale_noise_with_action:
         return []
-    if not args.action_scale_at_limits:
-        raise BenchmarkError("--scale-noise-with-action needs --action-scale-at-limits")
     from robot_agent.safety import SafetyConfig
 
     return [f"policy.init_log_std={noise_matched_to_scale(SafetyConfig().max_translation_m):.4f}"]
