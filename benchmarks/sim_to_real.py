@@ -55,6 +55,7 @@ class BenchmarkError(ValueError):
 
 def load_gap(path: Path | None) -> dict:
     """The twin's randomisation (a fixed perturbation) as a plain dict for its driver config."""
+    from robot_agent.drivers import make_driver
     from sim_envs.randomization import REALITY_GAP, DomainRandomization
 
     if path is None:
@@ -62,9 +63,15 @@ def load_gap(path: Path | None) -> dict:
     try:
         profile = json.loads(path.read_text())
         DomainRandomization.from_any(profile)
+        make_driver("sim-twin", twin_driver_config(profile)).close()  # what the twin agents will refuse
     except (OSError, ValueError, TypeError) as exc:
         raise BenchmarkError(f"--gap {path}: {exc}") from None
     return profile
+
+
+def twin_driver_config(gap: dict, **driver) -> dict:
+    """The ``[driver]`` section of every twin agent: the state task under ``gap``."""
+    return {"task": "pick_lift", "cameras": [], "privileged_state": True, "randomization": gap, **driver}
 
 
 # -- the "real robots" -------------------------------------------------------------------------
@@ -84,8 +91,7 @@ class TwinFleet:
             robot_id = f"{prefix}-{i}"
             config = work / f"{robot_id}.json"
             sections = {
-                "driver": {"task": "pick_lift", "cameras": [], "privileged_state": True, "randomization": gap,
-                           **(driver or {})},
+                "driver": twin_driver_config(gap, **(driver or {})),
                 "agent": {"spool_dir": str(work / f"spool-{robot_id}")},
             }  # fmt: skip
             if i < experts:
@@ -433,9 +439,17 @@ def main() -> int:
         help="with --reevaluate: a JSON of agent safety settings for the evaluating twins, e.g. "
         "'{\"max_target_lead_m\": 0.2}'; the figures go beside the row's own",
     )
+    parser.add_argument(
+        "--eval-gap",
+        type=Path,
+        help="with --reevaluate: the evaluating twins take this gap profile instead of the one the "
+        "policies were trained against (how far a policy carries); the figures go beside the row's own",
+    )
     args = parser.parse_args()
-    if args.twin_safety and not args.reevaluate:
-        parser.error("--twin-safety goes with --reevaluate")
+    if (args.twin_safety or args.eval_gap) and not args.reevaluate:
+        parser.error("--twin-safety and --eval-gap go with --reevaluate")
+    if args.twin_safety and args.eval_gap:
+        parser.error("one diagnosis at a time: --twin-safety or --eval-gap")
     if args.scale_noise_with_action and not args.action_scale_at_limits:
         parser.error("--scale-noise-with-action goes with --action-scale-at-limits")
     if args.reevaluate:
@@ -476,14 +490,25 @@ def main() -> int:
 def reevaluate(args) -> int:
     """The saved policies in ``--out``'s rows (of ``--arms``, seeds from ``--first-seed``), evaluated
     again on twins with the gap they were trained against; the old figures are kept beside the new.
-    With ``--twin-safety`` (a diagnosis) the figures go beside the row's own, which stay as they are."""
+    With ``--twin-safety`` or ``--eval-gap`` (a diagnosis: another limit, another robot) the figures
+    go beside the row's own, which stay as they are."""
     from protos.atomic_files import write_atomic
 
     if not args.out.is_file():
         print(f"sim_to_real: --reevaluate needs a result file, and {args.out} is not one", file=sys.stderr)
         return 2
     result = json.loads(args.out.read_text())
+    try:
+        gap = load_gap(args.eval_gap) if args.eval_gap else result["gap"]
+    except BenchmarkError as exc:
+        print(f"sim_to_real: {exc}", file=sys.stderr)
+        return 2
     safety = json.loads(args.twin_safety) if args.twin_safety else None
+    diagnosis = None  # (field, key) where a diagnosis's figures go beside the row's own
+    if safety:
+        diagnosis = ("twin_eval_with_safety", json.dumps(safety, sort_keys=True))
+    elif args.eval_gap:
+        diagnosis = ("twin_eval_on_gap", args.eval_gap.name)
     seeds = range(args.first_seed, args.first_seed + args.seeds)
     for row in result["runs"]:
         if row["arm"] not in args.arms or row["seed"] not in seeds:
@@ -492,18 +517,18 @@ def reevaluate(args) -> int:
         shutil.rmtree(work, ignore_errors=True)
         driver = action_scale(result["settings"].get("action_scale_at_limits", False))
         figures = evaluate_on_twins(
-            Path(row["policy"]), args.eval_episodes, args.eval_twins, result["gap"], work, safety, driver
+            Path(row["policy"]), args.eval_episodes, args.eval_twins, gap, work, safety, driver
         )
         previous = row["twin_eval"]
-        if safety:
-            row.setdefault("twin_eval_with_safety", {})[json.dumps(safety, sort_keys=True)] = figures
+        if diagnosis:
+            row.setdefault(diagnosis[0], {})[diagnosis[1]] = figures
         else:
             row["twin_eval"] = figures
             row.setdefault("twin_eval_before_reevaluation", previous)
             result["summary"] = summarise(result["runs"])
             result["settings"]["reevaluated"] = {"eval_episodes": args.eval_episodes, "eval_twins": args.eval_twins,
                                                  "why": "each twin now resets from seeds of its own"}  # fmt: skip
-        print(f"{row['arm']} seed {row['seed']}{f' with safety {safety}' if safety else ''}: twin success "
+        print(f"{row['arm']} seed {row['seed']}{f' ({diagnosis[0]}: {diagnosis[1]})' if diagnosis else ''}: twin success "
               f"{previous['success_rate']:.2f} -> {figures['success_rate']:.2f}", flush=True)  # fmt: skip
         write_atomic(args.out, json.dumps(result, indent=2) + "\n")
         plot(result["summary"], args.out.with_suffix(".png"))
