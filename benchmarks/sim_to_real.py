@@ -38,7 +38,7 @@ import subprocess
 import sys
 import threading
 import time
-from dataclasses import asdict
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -63,15 +63,23 @@ def load_gap(path: Path | None) -> dict:
     try:
         profile = json.loads(path.read_text())
         DomainRandomization.from_any(profile)
-        make_driver("sim-twin", twin_driver_config(profile)).close()  # what the twin agents will refuse
+        make_driver("sim-twin", Twin(profile).driver_section()).close()  # what the twin agents would refuse
     except (OSError, ValueError, TypeError) as exc:
         raise BenchmarkError(f"--gap {path}: {exc}") from None
     return profile
 
 
-def twin_driver_config(gap: dict, **driver) -> dict:
-    """The ``[driver]`` section of every twin agent: the state task under ``gap``."""
-    return {"task": "pick_lift", "cameras": [], "privileged_state": True, "randomization": gap, **driver}
+@dataclass(frozen=True)
+class Twin:
+    """What every twin agent of a run drives: the state task under ``gap`` (a randomisation profile),
+    at ``action_scale`` (the driver's metres and radians per unit action; empty: its defaults)."""
+
+    gap: dict
+    action_scale: dict = field(default_factory=dict)
+
+    def driver_section(self) -> dict:
+        return {"task": "pick_lift", "cameras": [], "privileged_state": True, "randomization": self.gap,
+                **self.action_scale}  # fmt: skip
 
 
 # -- the "real robots" -------------------------------------------------------------------------
@@ -81,8 +89,8 @@ class TwinFleet:
     person teleoperating the robot: grasps and lifts, whatever the trainer sends)."""
 
     def __init__(
-        self, port: int, count: int, gap: dict, work: Path, prefix: str, experts: int = 0,
-        safety: dict | None = None, driver: dict | None = None,
+        self, port: int, count: int, twin: Twin, work: Path, prefix: str, experts: int = 0,
+        safety: dict | None = None,
     ) -> None:  # fmt: skip
         work.mkdir(parents=True, exist_ok=True)
         exe = str(Path(sys.executable).with_name("rlinf-robot"))
@@ -91,7 +99,7 @@ class TwinFleet:
             robot_id = f"{prefix}-{i}"
             config = work / f"{robot_id}.json"
             sections = {
-                "driver": twin_driver_config(gap, **(driver or {})),
+                "driver": twin.driver_section(),
                 "agent": {"spool_dir": str(work / f"spool-{robot_id}")},
             }  # fmt: skip
             if i < experts:
@@ -124,19 +132,15 @@ def serve_config(work: Path, *overrides: str):
 
 
 def evaluate_on_twins(
-    policy: Path, episodes: int, twins: int, gap: dict, work: Path, safety: dict | None = None,
-    driver: dict | None = None,
-) -> dict:  # fmt: skip
+    policy: Path, episodes: int, twins: int, twin: Twin, work: Path, safety: dict | None = None
+) -> dict:
     """The policy, greedy, on ``twins`` twin agents until ``episodes`` episodes in all; ``safety``
-    overrides the agents' safety limits (a diagnosis: which limit costs how much), ``driver`` adds
-    twin driver settings (the action scale)."""
+    overrides the agents' safety limits (a diagnosis: which limit costs how much)."""
     from trainer.server.link_hosting import HostedLink, wait_for_robots
     from trainer.server.robot_eval import Evaluation, evaluate_on_robots
 
     with HostedLink(serve_config(work), mode="eval") as hosted:
-        fleet = TwinFleet(
-            hosted.server.port, twins, gap, work / "twins", "eval", safety=safety, driver=driver
-        )
+        fleet = TwinFleet(hosted.server.port, twins, twin, work / "twins", "eval", safety=safety)
         try:
             wait_for_robots(hosted.server, twins, 120, "eval twins")
             per_robot = -(-episodes // twins)
@@ -164,9 +168,8 @@ def train_in_sim(work: Path, minutes: float, seed: int, kwargs: str, extra: list
 
 
 def train_with_twins(
-    work: Path, minutes: float, seed: int, gap: dict, twins: int, overrides: list[str],
-    driver: dict | None = None, **train,
-) -> Path:  # fmt: skip
+    work: Path, minutes: float, seed: int, twin: Twin, twins: int, overrides: list[str], **train
+) -> Path:
     from trainer.checkpoint import POLICY_DIR, latest_checkpoint
     from trainer.server.train_mode import train as serve_train
 
@@ -179,9 +182,7 @@ def train_with_twins(
     try:
         serve_train(
             config,
-            on_started=lambda link: fleets.append(
-                TwinFleet(link.port, twins, gap, work / "twins", "train", driver=driver)
-            ),
+            on_started=lambda link: fleets.append(TwinFleet(link.port, twins, twin, work / "twins", "train")),
         )
     finally:
         for fleet in fleets:
@@ -190,7 +191,7 @@ def train_with_twins(
 
 
 def collect_twin_episodes(
-    work: Path, count: int, twins: int, gap: dict, seed: int, experts: int = 0, driver: dict | None = None
+    work: Path, count: int, twins: int, twin: Twin, seed: int, experts: int = 0
 ) -> Path:
     """``count`` twin episodes over the link (``serve`` collect mode): random actions, and on the first
     ``experts`` twins teleoperated grasps. Each benchmark seed collects episodes of its own (resets and
@@ -209,7 +210,7 @@ def collect_twin_episodes(
     thread.start()
     if not ready.wait(60):
         raise BenchmarkError("serve (collect mode) did not start listening within 60 s")
-    fleet = TwinFleet(state["port"], twins, gap, work / "twins", "sysid", experts, driver=driver)
+    fleet = TwinFleet(state["port"], twins, twin, work / "twins", "sysid", experts)
     try:
         while not (root / "meta" / "info.json").is_file() or read_info(root)["total_episodes"] < count:
             if not thread.is_alive():
@@ -222,12 +223,13 @@ def collect_twin_episodes(
     return root
 
 
-def fit_physics(work: Path, dataset: Path, driver: dict | None = None) -> tuple[Path, dict]:
+def fit_physics(work: Path, dataset: Path, action_scale: dict) -> tuple[Path, dict]:
+    """``rlinf-calibrate sysid`` on the twin episodes in ``dataset``, replayed at ``action_scale``."""
     out = work / "physics.json"
     exe = str(Path(sys.executable).with_name("rlinf-calibrate"))
-    scale = (
-        ["--action-scale", f"{driver['max_translation_m']},{driver['max_rotation_rad']}"] if driver else []
-    )
+    scale = []
+    if action_scale:
+        scale = ["--action-scale", f"{action_scale['max_translation_m']},{action_scale['max_rotation_rad']}"]
     subprocess.run(
         [exe, "sysid", "--dataset", str(dataset), "--task", "pick_lift", *scale, "--out", str(out)],
         check=True,
@@ -265,8 +267,9 @@ def robot_limits() -> str:
 def action_scale(at_limits: bool) -> dict:
     """``--action-scale-at-limits``: a full action moves the arm by the agent's step caps (0.03 m,
     0.2 rad) rather than the default 0.05 m, 0.3 rad, which the agent cuts back to the caps. The sim
-    and the twin drivers get the same scale. Measured: worse over the benchmark (README), likely as
-    the policy's exploration noise, in action units, then moves the arm less."""
+    and the twin drivers get the same scale. On its own it made the benchmark worse, as the policy's
+    exploration noise, in action units, then moves the arm less; with ``--scale-noise-with-action``
+    it trains faster and more reliably (``benchmarks/action_scale_ab.py``, README)."""
     if not at_limits:
         return {}
     from robot_agent.safety import SafetyConfig
@@ -297,9 +300,9 @@ def ppo_noise(args) -> list[str]:
 def run_arm(arm: str, seed: int, args, gap: dict, work: Path, finetune_from: Path | None) -> dict:
     tick = time.monotonic()
     sim_kwargs = f"{SIM_KWARGS}, {robot_limits()}" if args.sim_robot_limits else SIM_KWARGS
-    driver = action_scale(args.action_scale_at_limits)
+    twin = Twin(gap, action_scale(args.action_scale_at_limits))
     noise = ppo_noise(args)
-    sim_kwargs += "".join(f", {name}: {value}" for name, value in driver.items())
+    sim_kwargs += "".join(f", {name}: {value}" for name, value in twin.action_scale.items())
     row: dict = {"arm": arm, "seed": seed}
     if arm == "sim_nominal":
         policy = train_in_sim(work, args.minutes, seed, sim_kwargs, noise)
@@ -307,9 +310,9 @@ def run_arm(arm: str, seed: int, args, gap: dict, work: Path, finetune_from: Pat
         policy = train_in_sim(work, args.minutes, seed, f"{sim_kwargs}, randomization: {DR}", noise)
     elif arm == "sim_sysid":
         dataset = collect_twin_episodes(
-            work / "sysid", args.sysid_episodes, 2, gap, seed, args.sysid_expert_twins, driver
+            work / "sysid", args.sysid_episodes, 2, twin, seed, args.sysid_expert_twins
         )
-        physics, fit = fit_physics(work, dataset, driver)
+        physics, fit = fit_physics(work, dataset, twin.action_scale)
         row["sysid"] = {"params": json.loads(physics.read_text())["params"], "error_before": fit["error_before"],
                         "error_after": fit["error_after"], "robot_episodes": args.sysid_episodes}  # fmt: skip
         row["robot_episodes"] = args.sysid_episodes
@@ -321,14 +324,14 @@ def run_arm(arm: str, seed: int, args, gap: dict, work: Path, finetune_from: Pat
                 raise BenchmarkError("cotrain_finetune needs the sim_nominal arm first (same seed)")
             overrides.append(f"policy.init_from={finetune_from}")
         policy = train_with_twins(
-            work, args.minutes, seed, gap, 2, overrides, driver, config="ppo_pick_lift", robot_weight=2.0
+            work, args.minutes, seed, twin, 2, overrides, config="ppo_pick_lift", robot_weight=2.0
         )
     elif arm == "twin_only":
         # RLPD as HIL-SERL runs it: 20 demonstrations (here the sim's scripted expert stands in for a
         # human's teleop), then RL on the robots alone; the pool's one sim env has weight 0.
         overrides = ["env.num_envs=1", f"env.kwargs={{{sim_kwargs}}}", "algo.learning_starts=400"]
         policy = train_with_twins(
-            work, args.minutes, seed, gap, 2, overrides, driver, config="rlpd_pick_lift", sim_weight=0.0
+            work, args.minutes, seed, twin, 2, overrides, config="rlpd_pick_lift", sim_weight=0.0
         )
     else:
         raise BenchmarkError(f"unknown arm {arm!r}; arms: {list(ARMS)}")
@@ -339,9 +342,7 @@ def run_arm(arm: str, seed: int, args, gap: dict, work: Path, finetune_from: Pat
         row.update(robot_learning_curve(work / "robot_episodes", demo_robot_episodes))
     row.setdefault("robot_episodes", 0)
     row["policy"] = str(policy)
-    row["twin_eval"] = evaluate_on_twins(
-        policy, args.eval_episodes, args.eval_twins, gap, work / "eval", driver=driver
-    )
+    row["twin_eval"] = evaluate_on_twins(policy, args.eval_episodes, args.eval_twins, twin, work / "eval")
     print(f"{arm} seed {seed}: twin success {row['twin_eval']['success_rate']:.2f} over "
           f"{row['twin_eval']['episodes']} episodes; robot episodes {row['robot_episodes']}", flush=True)  # fmt: skip
     return row
@@ -515,9 +516,9 @@ def reevaluate(args) -> int:
             continue
         work = Path(result["settings"]["work"]) / f"{row['arm']}-{row['seed']}" / "reeval"
         shutil.rmtree(work, ignore_errors=True)
-        driver = action_scale(result["settings"].get("action_scale_at_limits", False))
+        twin = Twin(gap, action_scale(result["settings"].get("action_scale_at_limits", False)))
         figures = evaluate_on_twins(
-            Path(row["policy"]), args.eval_episodes, args.eval_twins, gap, work, safety, driver
+            Path(row["policy"]), args.eval_episodes, args.eval_twins, twin, work, safety
         )
         previous = row["twin_eval"]
         if diagnosis:
