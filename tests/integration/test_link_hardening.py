@@ -3,6 +3,7 @@ robot, or its own session's neighbours. The hostile client is written from ``rob
 
 from __future__ import annotations
 
+import logging
 import math
 import threading
 import time
@@ -277,6 +278,40 @@ def test_a_robots_stream_reads_on_while_its_episode_is_stored_and_its_stores_sta
         slow.close()
     finally:
         sink.gate.set()
+        served.stop()
+
+
+def test_a_graceful_stop_waits_for_a_store_longer_than_any_call_timeout(caplog):
+    # A long episode's video encode can outlast the link thread's call timeout: stopping the trainer
+    # then waits for it and says so, instead of raising TimeoutError with the episode half-written.
+    sink = GatedSink()
+    served = LinkServerThread(LinkServer(LinkServerConfig(host="127.0.0.1", port=0), sink=sink)).start()
+    served.call_timeout_s = 0.3
+    slow = RawClient(served.server.port).send(register("slow"), *episode("s1"))
+    try:
+        wait_until(lambda: served.server.assemblers.get("slow") is not None, what="the slow robot")
+        time.sleep(0.2)  # its episode is in the store, blocked
+        errors: list[BaseException] = []
+
+        def stop() -> None:
+            try:
+                served.stop(grace=0.1)
+            except BaseException as exc:  # the test reports whatever it raised
+                errors.append(exc)
+
+        with caplog.at_level(logging.INFO, logger="trainer.server.link_server"):
+            stopping = threading.Thread(target=stop)
+            stopping.start()
+            time.sleep(1.0)  # over three call timeouts
+            assert stopping.is_alive() and not sink.episodes
+            sink.gate.set()
+            stopping.join(10)
+        assert not stopping.is_alive() and not errors, errors
+        assert [e.episode_id for e in sink.episodes] == ["s1"]
+        assert "waiting for 1 episode write(s)" in caplog.text
+    finally:
+        sink.gate.set()
+        slow.close()
         served.stop()
 
 

@@ -138,6 +138,7 @@ class LinkServer:
             await session.close()
         pending = [task for tasks in self._stores.values() for task in tasks]
         if grace is not None and pending:  # a graceful stop writes the episodes that have ended
+            log.info("waiting for %d episode write(s) to finish before the link stops", len(pending))
             await asyncio.wait(pending)
 
     async def store_behind(self, session: RobotSession, store: StoreCall) -> None:
@@ -437,11 +438,16 @@ class LinkServerThread:
         self.call(self.server.start())
         return self
 
-    def call(self, coro, timeout: float | None = 30.0):
-        return asyncio.run_coroutine_threadsafe(coro, self.loop).result(timeout)
+    call_timeout_s = 30.0  # how long ``call`` waits, unless told otherwise
+
+    def call(self, coro, timeout: float | None = None):
+        wait = self.call_timeout_s if timeout is None else timeout
+        return asyncio.run_coroutine_threadsafe(coro, self.loop).result(wait)
 
     def stop(self, grace: float | None = None) -> None:
+        """Stop the server; a graceful stop returns once every ended episode is written, however
+        long its store takes (a video encode of a long episode can take minutes)."""
         if self._thread.is_alive():
-            self.call(self.server.stop(grace))
+            asyncio.run_coroutine_threadsafe(self.server.stop(grace), self.loop).result()
             self.loop.call_soon_threadsafe(self.loop.stop)
             self._thread.join(10)
