@@ -4,14 +4,16 @@ The real robot is the sim twin under a reality-gap profile (``--gap PROFILE.json
 ``REALITY_GAP`` dynamics: friction x0.7, cube mass x1.5, actuator gain x0.8, 40 ms latency, which a
 state policy crosses at 0.67-1.00; ``benchmarks/gaps/hard_dynamics.json``: friction x0.4, cube mass
 x2.5, actuator gain x0.55, 40 ms, where sim-only PPO dropped to 0.38 before the exploration noise was
-matched to the action scale; ``benchmarks/gaps/extreme_dynamics.json``: x0.2, x5, x0.3 and 90 ms), run by
+matched to the action scale; ``benchmarks/gaps/extreme_dynamics.json``: x0.2, x5, x0.3 and 90 ms;
+``benchmarks/gaps/perception_offset.json``: the hard dynamics, and the cube's pose as perception reports
+it 3 cm off across the table, as a camera calibration error gives), run by
 ``rlinf-robot connect --robot sim-twin`` agent processes over the real gRPC link, at its real 10 Hz.
 Every arm trains a state policy (7-D end-effector actions, the cube's pose in the state) for the same
 wall-clock budget, then its final policy is evaluated greedily on twins over the link:
 
 - ``sim_nominal``: PPO on the nominal sim only;
 - ``sim_dr``: PPO on the sim with domain randomisation of the dynamics (``DR``: generic ranges around
-  nominal, which cover the default gap but not all of the hard or extreme one);
+  nominal, which cover the default gap but not all of the hard or extreme one, and no perception offset);
 - ``sim_sysid``: PPO on the sim with the physics ``rlinf-calibrate sysid`` fitted from ``--sysid-episodes``
   twin episodes (collected over the link: random actions on one twin, teleoperated grasps by the
   scripted expert on the other (``--sysid-expert-twins``); they count as robot episodes);

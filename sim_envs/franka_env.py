@@ -28,7 +28,7 @@ from sim_envs.physics import PhysicsParams, load_physics_file
 from sim_envs.randomization import DomainRandomization, ModelRandomizer
 from sim_envs.rendering import make_renderer
 from sim_envs.scene import SceneConfig, build_scene_xml, load_camera_mounts
-from sim_envs.scene_view import FrankaSceneView
+from sim_envs.scene_view import FrankaSceneView, PerceivedScene
 from sim_envs.tasks import make_task
 
 CAMERAS = ("front", "wrist")
@@ -202,6 +202,8 @@ class FrankaEnv(gym.Env):
         self._gripper_ctrl = self.model.actuator("act_gripper").id
         self._target_mocap = self.model.body("tcp_target").mocapid[0] if arm_control == "cartesian" else -1
         self._latency_substeps = 0
+        # What observations read: the scene with the episode's perception offset on object positions.
+        self.perceived = PerceivedScene(self.scene, np.zeros(3))
         self._steps = 0
         self._reset_command()
 
@@ -257,6 +259,7 @@ class FrankaEnv(gym.Env):
         mujoco.mj_resetData(self.model, self.data)
         drawn = self.randomizer.apply(rng)
         self._latency_substeps = round(drawn.control_latency_ms / 1000.0 / self.cfg.physics_dt)
+        self.perceived = PerceivedScene(self.scene, drawn.object_position_offset_m)
         noise = rng.uniform(-1, 1, 7) * self.cfg.initial_joint_noise
         arm = np.clip(
             np.array(panda_model.HOME_QPOS) + noise, panda_model.JOINT_LOWER, panda_model.JOINT_UPPER
@@ -335,8 +338,9 @@ class FrankaEnv(gym.Env):
             self.data.qvel[: len(arm)] = np.asarray(state["joint_vel"], np.float64)
         if self.task.with_cube:
             cube = self.model.joint("cube_joint").qposadr[0]
-            if "cube_pos" in state:
-                self.data.qpos[cube : cube + 3] = np.asarray(state["cube_pos"], np.float64)
+            if "cube_pos" in state:  # as perceived: the cube is the perception offset away from it
+                observed = np.asarray(state["cube_pos"], np.float64)
+                self.data.qpos[cube : cube + 3] = observed - self.perceived.offset
                 quat = np.asarray(state.get("cube_quat", (1.0, 0.0, 0.0, 0.0)), np.float64)
                 self.data.qpos[cube + 3 : cube + 7] = quat / np.linalg.norm(quat)
             else:  # where it was is unknown: out of the arm's way, so the replay does not hit it
@@ -429,7 +433,8 @@ class FrankaEnv(gym.Env):
         if self.cfg.privileged_state:
             state = self.privileged_state()
         elif self.cfg.object_state:
-            state = np.concatenate([self._proprio(), self.task.object_state(self.scene)]).astype(np.float32)
+            objects = self.task.object_state(self.perceived)
+            state = np.concatenate([self._proprio(), objects]).astype(np.float32)
         else:
             state = self._proprio()
         return {"images": self._render_cameras(), "state": state, "instruction": self.task.instruction}
@@ -439,10 +444,12 @@ class FrankaEnv(gym.Env):
         parts = [scene.arm_qpos, scene.arm_qvel, scene.tcp_pos, scene.tcp_quat, [scene.gripper_width]]
         return np.concatenate(parts).astype(np.float32)
 
-    def privileged_state(self) -> np.ndarray:
+    def privileged_state(self, perceived: bool = True) -> np.ndarray:
         """Proprioception plus the task's object state (what a scripted expert needs), whatever the
-        config shows the policy."""
-        return np.concatenate([self._proprio(), self.task.task_state(self.scene)]).astype(np.float32)
+        config shows the policy: as perception reports it, or (``perceived=False``) as it is, which is
+        what a person teleoperating the robot sees."""
+        scene = self.perceived if perceived else self.scene
+        return np.concatenate([self._proprio(), self.task.task_state(scene)]).astype(np.float32)
 
     def privileged_spec(self) -> EnvSpec:
         """The spec that describes :meth:`privileged_state`."""

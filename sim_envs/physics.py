@@ -1,10 +1,10 @@
 """Identified physics: the sim parameters that ``rlinf-calibrate sysid`` fits to robot episodes.
 
 A physics file holds one value per parameter of :class:`PhysicsParams` (the dynamics knobs of
-:class:`~sim_envs.randomization.DomainRandomization`). The sim reads it with
-``env.kwargs.physics_file=PATH``; domain randomisation then varies *around* the fitted values
-(scale ranges multiply them, latency ranges add to them), so one can train on "the identified robot,
-give or take".
+:class:`~sim_envs.randomization.DomainRandomization`, and the perception offset of object positions
+on the table plane). The sim reads it with ``env.kwargs.physics_file=PATH``; domain randomisation
+then varies *around* the fitted values (scale ranges multiply them, latency ranges and the offset add
+to them), so one can train on "the identified robot, give or take".
 """
 
 from __future__ import annotations
@@ -30,13 +30,17 @@ class ParameterRange:
     unit: str = ""
 
 
-# The dynamics a robot's episodes can tell apart; visual knobs (camera, light, colour) are not here.
+# What a robot's episodes can tell apart; visual knobs (camera, light, colour) are not here.
 SEARCH_RANGES = {
     "friction_scale": ParameterRange(1.0, 0.3, 2.0),
     "object_mass_scale": ParameterRange(1.0, 0.3, 3.0),
     "actuator_gain_scale": ParameterRange(1.0, 0.5, 1.5),
     "control_latency_ms": ParameterRange(0.0, 0.0, 80.0, "ms"),
+    "object_position_bias_x_m": ParameterRange(0.0, -0.05, 0.05, "m"),
+    "object_position_bias_y_m": ParameterRange(0.0, -0.05, 0.05, "m"),
 }
+# Offsets, which may be negative; the rest are scales (> 0) or a latency (>= 0).
+SIGNED_PARAMETERS = ("object_position_bias_x_m", "object_position_bias_y_m")
 
 
 class PhysicsFileError(ValueError):
@@ -51,17 +55,25 @@ class PhysicsParams:
     object_mass_scale: float = 1.0
     actuator_gain_scale: float = 1.0
     control_latency_ms: float = 0.0
+    # Where perception puts objects on the table plane, minus where they are (metres).
+    object_position_bias_x_m: float = 0.0
+    object_position_bias_y_m: float = 0.0
 
     def __post_init__(self) -> None:
         for f in fields(self):
             value = getattr(self, f.name)
-            if not isinstance(value, (int, float)) or not math.isfinite(value) or value < 0:
+            if not isinstance(value, (int, float)) or not math.isfinite(value):
+                raise ValueError(f"{f.name} must be a finite number, got {value!r}")
+            if f.name in SIGNED_PARAMETERS:
+                continue
+            if value < 0:
                 raise ValueError(f"{f.name} must be a finite number >= 0, got {value!r}")
             if f.name != "control_latency_ms" and value == 0:
                 raise ValueError(f"{f.name} must be > 0, got {value!r}")
 
     def around(self, randomization: DomainRandomization) -> DomainRandomization:
-        """``randomization`` re-centred on these values: scale ranges multiply, latency adds."""
+        """``randomization`` re-centred on these values: scale ranges multiply, latency and the
+        perception offset add."""
 
         def scaled(name: str) -> tuple[float, float]:
             low, high = getattr(randomization, name)
@@ -74,6 +86,13 @@ class PhysicsParams:
             object_mass_scale=scaled("object_mass_scale"),
             actuator_gain_scale=scaled("actuator_gain_scale"),
             control_latency_ms=(low + self.control_latency_ms, high + self.control_latency_ms),
+            object_position_bias_m=tuple(
+                float(b + d)
+                for b, d in zip(
+                    randomization.object_position_bias_m,
+                    (self.object_position_bias_x_m, self.object_position_bias_y_m, 0.0),
+                )
+            ),
         )
 
 

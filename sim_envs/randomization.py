@@ -22,10 +22,19 @@ class DomainRandomization:
     light_intensity_scale: Range = (1.0, 1.0)
     randomize_table_texture: bool = False
     color_jitter: float = 0.0
+    # Perception error: a fixed offset (x, y, z) of every observed object position from the true one,
+    # as a camera-to-robot calibration error gives; then a uniform +-jitter on x and y per episode.
+    object_position_bias_m: tuple[float, float, float] = (0.0, 0.0, 0.0)
+    object_position_jitter_m: float = 0.0
 
     def __post_init__(self) -> None:
+        bias = self.object_position_bias_m
+        if len(bias) != 3 or not all(isinstance(v, (int, float)) and np.isfinite(v) for v in bias):
+            raise ValueError(f"randomization.object_position_bias_m must be 3 numbers (x, y, z), got {bias}")
         for f in fields(self):
             value = getattr(self, f.name)
+            if f.name == "object_position_bias_m":
+                continue
             if isinstance(value, tuple):
                 if len(value) != 2 or value[0] > value[1]:
                     raise ValueError(f"randomization.{f.name} must be (low, high), got {value}")
@@ -71,6 +80,7 @@ class EpisodeRandomization:
     actuator_gain_scale: float
     control_latency_ms: float
     light_intensity_scale: float
+    object_position_offset_m: np.ndarray  # added to every observed object position
 
 
 def _uniform(rng: np.random.Generator, bounds: Range) -> float:
@@ -115,6 +125,7 @@ class ModelRandomizer:
             actuator_gain_scale=_uniform(rng, cfg.actuator_gain_scale),
             control_latency_ms=_uniform(rng, cfg.control_latency_ms),
             light_intensity_scale=_uniform(rng, cfg.light_intensity_scale),
+            object_position_offset_m=self._object_offset(rng),
         )
         m.geom_friction[:, 0] = nominal["geom_friction"][:, 0] * drawn.friction_scale
         m.body_mass[:] = nominal["body_mass"]
@@ -129,6 +140,12 @@ class ModelRandomizer:
         m.light_diffuse[:] = np.clip(nominal["light_diffuse"] * drawn.light_intensity_scale, 0, 1)
         self._jitter_appearance(rng)
         return drawn
+
+    def _object_offset(self, rng: np.random.Generator) -> np.ndarray:
+        offset = np.array(self.cfg.object_position_bias_m, np.float64)
+        if self.cfg.object_position_jitter_m > 0:
+            offset[:2] += rng.uniform(-1, 1, 2) * self.cfg.object_position_jitter_m
+        return offset
 
     def _jitter_cameras(self, rng: np.random.Generator) -> None:
         m, nominal = self.model, self._nominal

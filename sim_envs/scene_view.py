@@ -110,3 +110,24 @@ class FrankaSceneView:
     def fingers_touch_cube(self) -> bool:
         """True when both finger pads are in contact with the cube."""
         return "red" in self._cubes and self.fingers_touch_cube_of("red")
+
+
+class PerceivedScene:
+    """The scene as a perception module reports it: object positions shifted by ``offset`` (metres,
+    world frame); everything else (the arm, the goal) as it is. Only observations read it; rewards
+    and success judge the true scene."""
+
+    def __init__(self, scene: FrankaSceneView, offset: np.ndarray) -> None:
+        self._scene = scene
+        self.offset = np.asarray(offset, np.float64)
+
+    def __getattr__(self, name: str):
+        return getattr(self._scene, name)
+
+    @property
+    def cube_pos(self) -> np.ndarray:
+        return self._scene.cube_pos + self.offset
+
+    def cube_pose_of(self, color: str) -> tuple[np.ndarray, np.ndarray]:
+        pos, quat = self._scene.cube_pose_of(color)
+        return pos + self.offset, quat

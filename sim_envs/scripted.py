@@ -200,7 +200,7 @@ def play_expert(env, seed: int, action_noise: float = 0.0) -> ExpertEpisode:
     images: dict[str, list[np.ndarray]] = {name: [] for name in env.env_spec.camera_names}
     instruction, success = obs["instruction"], False
     for _ in range(env.env_spec.max_episode_steps):
-        action = expert.act({"state": env.privileged_state()}).astype(np.float32)
+        action = expert.act({"state": env.privileged_state(perceived=False)}).astype(np.float32)
         states.append(obs["state"])
         actions.append(action)
         for name in images:

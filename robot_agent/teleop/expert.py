@@ -79,7 +79,7 @@ class ExpertDevice(TeleopDevice):
     def poll(self) -> TeleopReading:
         if self.controller is None:
             raise TeleopError("the expert device was polled before it was bound to a driver")
-        state = self.env.privileged_state()
+        state = self.env.privileged_state(perceived=False)  # a person sees the cube where it is
         action = self.controller.act({"state": state})
         tcp, width = state[self.tcp], float(state[self.width][0])
         if self.open_width is None:

@@ -13,6 +13,7 @@ from protos.episode_frames import vector_names
 from protos.lerobot_dataset import EpisodeFrames, LeRobotWriter
 from sim_envs.franka_env import FrankaEnv
 from sim_envs.physics import PhysicsFileError, PhysicsParams
+from sim_envs.scripted import play_expert
 
 ROOT = Path(__file__).resolve().parents[2]
 EXE = str(Path(sys.executable).with_name("rlinf-calibrate"))
@@ -49,6 +50,22 @@ def record_random_episodes(
     return root
 
 
+def record_expert_episodes(root: Path, episodes: int, randomization) -> tuple[Path, list[bool]]:
+    """Teleoperated grasps: the scripted expert stands in for a person, who sees the cube where it
+    is; the robot records its state as its perception reports it."""
+    env = FrankaEnv(task="pick_lift", cameras=(), privileged_state=True, randomization=randomization)
+    writer = LeRobotWriter(root, fps=env.env_spec.control_hz, robot_type="franka")
+    successes = []
+    for seed in range(episodes):
+        episode = play_expert(env, seed)
+        successes.append(episode.success)
+        vectors = {"observation.state": episode.states, "action": episode.actions}
+        writer.add_episode(
+            EpisodeFrames(env.env_spec.instruction, {}, vectors, names=vector_names(env.env_spec))
+        )
+    return root, successes
+
+
 @pytest.fixture(scope="module")
 def robot_episodes(tmp_path_factory) -> Path:
     """The "robot": the sim under the gap dynamics."""
@@ -70,6 +87,25 @@ def test_sysid_recovers_the_gain_and_latency_the_episodes_were_made_with(robot_e
     assert result.params.control_latency_ms == TRUE_LATENCY_MS
     assert result.error_after < 0.05 * result.error_before
     assert result.field_rms_after["tcp_pos"] < result.field_rms_before["tcp_pos"] / 5
+
+
+def test_sysid_finds_the_perception_offset_from_teleoperated_grasps(tmp_path):
+    bias_y = 0.03  # a camera calibration 3 cm off across the table
+    root, successes = record_expert_episodes(
+        tmp_path / "episodes", 4, {"object_position_bias_m": [0.0, bias_y, 0.0]}
+    )
+    assert all(successes)  # the person grasps the cube itself, not where perception puts it
+    recorded = load_recorded_episodes(root, max_episodes=4)
+    replayer = EpisodeReplayer("pick_lift", recorded)
+    true = PhysicsParams(object_position_bias_y_m=bias_y)
+    assert max(replayer.squared_errors(recorded.episodes, true).values()) < 1e-8
+    cfg = SysIdConfig(str(root), params=("object_position_bias_x_m", "object_position_bias_y_m"),
+                      generations=10, population=6)  # fmt: skip
+    result = fit(recorded.episodes, replayer, cfg)
+    # Tolerance: 1 cm, a third of the offset (the grasp fails, and the error jumps, from about 3 cm).
+    assert abs(result.params.object_position_bias_y_m - bias_y) < 0.01
+    assert abs(result.params.object_position_bias_x_m) < 0.01
+    assert result.error_after < 0.05 * result.error_before
 
 
 def test_the_replay_under_the_true_physics_reproduces_the_recording(robot_episodes):
@@ -134,11 +170,26 @@ def test_randomisation_varies_around_the_identified_physics(tmp_path):
     assert min(drawn) >= 30.0 and max(drawn) <= 50.0 and max(drawn) - min(drawn) > 5.0
 
 
+def test_an_identified_perception_offset_shifts_what_the_sim_observes(tmp_path):
+    out = tmp_path / "physics.json"
+    params = {"object_position_bias_x_m": -0.02, "object_position_bias_y_m": 0.01}
+    out.write_text(json.dumps({"format": "rlinf-physics-v1", "params": params}))
+    env = FrankaEnv(task="pick_lift", cameras=(), privileged_state=True, physics_file=str(out),
+                    randomization={"object_position_bias_m": [0.0, 0.005, 0.0]})  # fmt: skip
+    obs, _ = env.reset(seed=0)
+    observed = obs["state"][env.privileged_spec().state_slices()["cube_pos"]]
+    np.testing.assert_allclose(observed - env.scene.cube_pos, [-0.02, 0.015, 0.0], atol=1e-6)
+
+
 @pytest.mark.parametrize(
     "document, message",
     [
         ({"format": "rlinf-physics-v1", "params": {"gravity": 2.0}}, "unknown parameter 'gravity'"),
         ({"format": "rlinf-physics-v1", "params": {"friction_scale": -1}}, "friction_scale must be"),
+        (
+            {"format": "rlinf-physics-v1", "params": {"object_position_bias_y_m": "3 cm"}},
+            "object_position_bias_y_m must be a finite number",
+        ),
         ({"params": {}}, "is not a rlinf-physics-v1 file"),
         (
             {"format": "rlinf-physics-v1", "params": {"control_latency_ms": 150.0}},

@@ -58,12 +58,50 @@ def test_colour_jitter_changes_the_image():
     assert np.abs(a["images"]["front"].astype(int) - b["images"]["front"].astype(int)).mean() > 3
 
 
+def _observed_and_true_cube(env):
+    obs, _ = env.reset(seed=3)
+    slices = env.privileged_spec().state_slices()
+    state = obs["state"]
+    return state[slices["cube_pos"]], state[slices["cube_rel_tcp"]], env.scene.cube_pos, env.scene.tcp_pos
+
+
+def test_a_perception_bias_shifts_the_observed_cube_and_nothing_else():
+    bias = np.array([0.01, -0.03, 0.0])
+    env = sim_envs.make("rlinf/FrankaPickLift-v0", cameras=(), privileged_state=True,
+                        randomization={"object_position_bias_m": list(bias)})  # fmt: skip
+    cube_obs, rel_obs, cube, tcp = _observed_and_true_cube(env)
+    np.testing.assert_allclose(cube_obs, cube + bias, atol=1e-6)
+    np.testing.assert_allclose(rel_obs, cube + bias - tcp, atol=1e-6)
+    # The true scene (what success is judged on, and what a teleoperating person sees) is unshifted.
+    unbiased = sim_envs.make("rlinf/FrankaPickLift-v0", cameras=(), privileged_state=True)
+    np.testing.assert_allclose(_observed_and_true_cube(unbiased)[2], cube)
+    true_state = env.privileged_state(perceived=False)
+    np.testing.assert_allclose(true_state[env.privileged_spec().state_slices()["cube_pos"]], cube, atol=1e-6)
+
+
+def test_position_jitter_draws_a_new_offset_each_episode_around_the_bias():
+    env = sim_envs.make("rlinf/FrankaPickLift-v0", cameras=(), privileged_state=True,
+                        randomization={"object_position_bias_m": [0.02, 0.0, 0.0],
+                                       "object_position_jitter_m": 0.01})  # fmt: skip
+    offsets = []
+    for seed in range(8):
+        env.reset(seed=seed)
+        offsets.append(env.perceived.offset.copy())
+    offsets = np.array(offsets)
+    assert len({round(float(x), 6) for x in offsets[:, 0]}) == 8
+    assert np.all(np.abs(offsets[:, 0] - 0.02) <= 0.01) and np.all(np.abs(offsets[:, 1]) <= 0.01)
+    assert np.all(offsets[:, 2] == 0.0)
+
+
 @pytest.mark.parametrize(
     ("cfg", "message"),
     [
         ({"friction_scale": (1.5, 0.5)}, r"friction_scale must be \(low, high\)"),
         ({"object_mass_scale": (-1.0, 1.0)}, "object_mass_scale must be >= 0"),
         ({"camera_pos_jitter_m": -0.1}, "camera_pos_jitter_m must be >= 0"),
+        ({"object_position_bias_m": (0.01, 0.02)}, r"object_position_bias_m must be 3 numbers"),
+        ({"object_position_bias_m": (0.0, float("nan"), 0.0)}, r"object_position_bias_m must be 3 numbers"),
+        ({"object_position_jitter_m": -0.01}, "object_position_jitter_m must be >= 0"),
     ],
 )
 def test_bad_randomization_is_rejected(cfg, message):
