@@ -186,7 +186,9 @@ class ExpertEpisode:
 
 def play_expert(env, seed: int, action_noise: float = 0.0) -> ExpertEpisode:
     """Run the env's scripted expert (:func:`expert_for`) for one episode from ``reset(seed)``. The expert
-    reads the privileged state (e.g. the goal) even when the env does not show it to the policy.
+    reads the privileged state (e.g. the goal) even when the env does not show it to the policy, and,
+    standing in for a person, the scene as it is (``privileged_state(perceived=False)``), not as the
+    env's perception reports it.
 
     ``action_noise`` > 0 (DART, Laskey et al. 2017): the env carries out the expert's action plus
     Gaussian noise of that standard deviation (in the action's [-1, 1] units; the gripper is left

@@ -154,8 +154,10 @@ class MetaWorldEnv(gym.Env):
         """The task's scripted policy, as MetaWorld ships it (``rlinf-trainer demos`` plays it)."""
         return MetaWorldExpert(self.task)
 
-    def privileged_state(self) -> np.ndarray:
-        """What the expert reads: the full state (the policy sees the same)."""
+    def privileged_state(self, perceived: bool = True) -> np.ndarray:
+        """What the expert reads: the full state (the policy sees the same). MetaWorld has no
+        perception offset, so the state as perceived and as it is are one."""
+        del perceived
         return self._raw
 
     def _observation(self, raw: np.ndarray) -> dict[str, Any]:
