@@ -80,18 +80,17 @@ class PhysicsParams:
             return (low * getattr(self, name), high * getattr(self, name))
 
         low, high = randomization.control_latency_ms
+        bias_x, bias_y, bias_z = randomization.object_position_bias_m
         return replace(
             randomization,
             friction_scale=scaled("friction_scale"),
             object_mass_scale=scaled("object_mass_scale"),
             actuator_gain_scale=scaled("actuator_gain_scale"),
             control_latency_ms=(low + self.control_latency_ms, high + self.control_latency_ms),
-            object_position_bias_m=tuple(
-                float(b + d)
-                for b, d in zip(
-                    randomization.object_position_bias_m,
-                    (self.object_position_bias_x_m, self.object_position_bias_y_m, 0.0),
-                )
+            object_position_bias_m=(
+                bias_x + self.object_position_bias_x_m,
+                bias_y + self.object_position_bias_y_m,
+                bias_z,
             ),
         )
 
