@@ -19,8 +19,8 @@ wall-clock budget, then its final policy is evaluated greedily on twins over the
   scripted expert on the other (``--sysid-expert-twins``); they count as robot episodes);
 - ``cotrain_scratch`` / ``cotrain_finetune``: ``serve server.mode=train``, PPO on 16 sim envs + 2 twins
   (robot weight 2), from scratch / from ``sim_nominal``'s final policy;
-- ``twin_only``: RLPD on 2 twins alone, from 20 scripted demonstrations (real-world RL as HIL-SERL;
-  the pool's one sim env has weight 0).
+- ``twin_only``: RLPD on 2 twins alone, from 20 episodes teleoperated on the twins by the scripted
+  expert (``algo.demo_dataset``; real-world RL as HIL-SERL; the pool's one sim env has weight 0).
 
 Reported per arm and seed: twin success over ``--eval-episodes``, robot episodes used, robot episodes
 until the robots' training success reached 80 % (rolling over 10), and the sysid fit.
@@ -195,10 +195,10 @@ def train_with_twins(
 
 
 def collect_twin_episodes(
-    work: Path, count: int, twins: int, twin: Twin, seed: int, experts: int = 0
+    work: Path, count: int, twins: int, twin: Twin, seed: int, experts: int = 0, prefix: str = "sysid"
 ) -> Path:
     """``count`` twin episodes over the link (``serve`` collect mode): random actions, and on the first
-    ``experts`` twins teleoperated grasps. Each benchmark seed collects episodes of its own (resets and
+    ``experts`` twins teleoperated grasps (``prefix``: the robot ids' prefix). Each benchmark seed collects episodes of its own (resets and
     actions from ``collect.seed``)."""
     from protos.lerobot_reader import read_info
     from trainer.server.serve import serve
@@ -214,11 +214,11 @@ def collect_twin_episodes(
     thread.start()
     if not ready.wait(60):
         raise BenchmarkError("serve (collect mode) did not start listening within 60 s")
-    fleet = TwinFleet(state["port"], twins, twin, work / "twins", "sysid", experts)
+    fleet = TwinFleet(state["port"], twins, twin, work / "twins", prefix, experts)
     try:
         while not (root / "meta" / "info.json").is_file() or read_info(root)["total_episodes"] < count:
             if not thread.is_alive():
-                raise BenchmarkError("serve (collect mode) stopped before the sysid episodes were in")
+                raise BenchmarkError(f"serve (collect mode) stopped before the {prefix} episodes were in")
             time.sleep(1.0)
     finally:
         fleet.stop()
@@ -241,23 +241,24 @@ def fit_physics(work: Path, dataset: Path, action_scale: dict) -> tuple[Path, di
     return out, json.loads(out.read_text())["fit"]
 
 
-def robot_learning_curve(dataset: Path, demo_episodes: int = 0) -> dict:
-    """Robot episodes used, and how many it took until the policy's last 10 (after the first
-    ``demo_episodes``, played by a demonstrator) averaged >= 80 % success."""
-    from protos.lerobot_reader import read_episodes, read_info
+def robot_learning_curve(dataset: Path, demos: Path | None = None) -> dict:
+    """Robot episodes used (with the teleoperated demonstrations in ``demos``), and how many it took
+    until the policy's last 10 episodes averaged >= 80 % success (the demonstrations count first)."""
+    from protos.lerobot_reader import read_episodes
 
-    if not (dataset / "meta" / "info.json").is_file():
-        return {"robot_episodes": 0, "robot_episodes_to_80": None}
-    rows = read_episodes(dataset)
-    success = rows["success"].astype(float).tolist()
-    demos = success[:demo_episodes]
-    policy = [
-        s for s, aborted in zip(success[demo_episodes:], rows["aborted"][demo_episodes:]) if not aborted
-    ]
+    def episodes(root: Path | None):
+        if root is None or not (root / "meta" / "info.json").is_file():
+            return [], []
+        rows = read_episodes(root)
+        return rows["success"].astype(float).tolist(), rows["aborted"].astype(bool).tolist()
+
+    demo_success, _ = episodes(demos)
+    success, aborted = episodes(dataset)
+    policy = [s for s, a in zip(success, aborted) if not a]
     to_80 = next((i + 1 for i in range(9, len(policy)) if sum(policy[i - 9 : i + 1]) >= 8), None)
-    return {"robot_episodes": int(read_info(dataset)["total_episodes"]), "robot_demo_episodes": len(demos),
-            "robot_demo_success": float(sum(demos) / len(demos)) if demos else None,
-            "robot_episodes_to_80": None if to_80 is None else to_80 + demo_episodes}  # fmt: skip
+    return {"robot_episodes": len(demo_success) + len(success), "robot_demo_episodes": len(demo_success),
+            "robot_demo_success": float(sum(demo_success) / len(demo_success)) if demo_success else None,
+            "robot_episodes_to_80": None if to_80 is None else to_80 + len(demo_success)}  # fmt: skip
 
 
 def robot_limits() -> str:
@@ -331,9 +332,12 @@ def run_arm(arm: str, seed: int, args, gap: dict, work: Path, finetune_from: Pat
             work, args.minutes, seed, twin, 2, overrides, config="ppo_pick_lift", robot_weight=2.0
         )
     elif arm == "twin_only":
-        # RLPD as HIL-SERL runs it: 20 demonstrations (here the sim's scripted expert stands in for a
-        # human's teleop), then RL on the robots alone; the pool's one sim env has weight 0.
-        overrides = ["env.num_envs=1", f"env.kwargs={{{sim_kwargs}}}", "algo.learning_starts=400"]
+        # RLPD as HIL-SERL runs it: 20 teleoperated demonstrations on the robots (the twins' expert
+        # teleop device, which grasps the cube where it is, as a person would), then RL on the robots
+        # alone; the pool's one sim env has weight 0.
+        demos = collect_twin_episodes(work / "demos", 20, 2, twin, seed, experts=2, prefix="demo")
+        overrides = ["env.num_envs=1", f"env.kwargs={{{sim_kwargs}}}", "algo.learning_starts=400",
+                     f"algo.demo_dataset={demos}", "algo.demo_episodes=0"]  # fmt: skip
         policy = train_with_twins(
             work, args.minutes, seed, twin, 2, overrides, config="rlpd_pick_lift", sim_weight=0.0
         )
@@ -341,12 +345,13 @@ def run_arm(arm: str, seed: int, args, gap: dict, work: Path, finetune_from: Pat
         raise BenchmarkError(f"unknown arm {arm!r}; arms: {list(ARMS)}")
     row["train_wall_s"] = round(time.monotonic() - tick, 1)
     if arm.startswith(("cotrain", "twin")):
-        # RLPD plays its 20 demonstrations on the whole pool first: rounds of (1 sim + 2 robots).
-        demo_robot_episodes = -(-20 // 3) * 2 if arm == "twin_only" else 0
-        row.update(robot_learning_curve(work / "robot_episodes", demo_robot_episodes))
+        demos = work / "demos" / "robot_episodes" if arm == "twin_only" else None
+        row.update(robot_learning_curve(work / "robot_episodes", demos))
     row.setdefault("robot_episodes", 0)
     row["policy"] = str(policy)
     row["twin_eval"] = evaluate_on_twins(policy, args.eval_episodes, args.eval_twins, twin, work / "eval")
+    if "robot_episodes_to_80" not in row:  # a sim-only arm: its robot episodes, if the twin eval reached 80 %
+        row["robot_episodes_to_80"] = row["robot_episodes"] if row["twin_eval"]["success_rate"] >= 0.8 else None
     print(f"{arm} seed {seed}: twin success {row['twin_eval']['success_rate']:.2f} over "
           f"{row['twin_eval']['episodes']} episodes; robot episodes {row['robot_episodes']}", flush=True)  # fmt: skip
     return row

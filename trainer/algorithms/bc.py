@@ -18,10 +18,14 @@ import torch
 
 from policies import Policy
 from protos.batch import VectorEnv
-from protos.episode_frames import vector_names
 from protos.lerobot_dataset import DatasetError
 from trainer.algorithms.common import IterationResult, play_greedy, random_shift
-from trainer.algorithms.demonstrations import Demonstrations, describe_empty, load_demonstrations
+from trainer.algorithms.demonstrations import (
+    Demonstrations,
+    check_layout,
+    describe_empty,
+    load_demonstrations,
+)
 from trainer.devices import module_device
 
 
@@ -50,29 +54,8 @@ class Regression:
 
     def set_data(self, demos: Demonstrations) -> None:
         """The frames to fit: actions in the env's units, mapped into the policy's [-1, 1]."""
-        spec, chunk = self.policy.spec, self.policy.chunk_size
-        if len(demos) == 0:
-            raise DatasetError("there are no frames to fit")
-        if demos.states.shape[1] != spec.state_dim or demos.actions.shape[2] != spec.action.dim:
-            raise DatasetError(
-                f"the dataset has state {demos.states.shape[1]} / action {demos.actions.shape[2]}, "
-                f"the env has state {spec.state_dim} / action {spec.action.dim}"
-            )
-        expected = vector_names(spec)["observation.state"]
-        if demos.state_names is not None and demos.state_names != expected:
-            at = next((i for i, (a, b) in enumerate(zip(demos.state_names, expected)) if a != b), 0)
-            raise DatasetError(
-                f"the dataset's state dimension {at} is {demos.state_names[at]!r}, the env's "
-                f"{expected[at]!r}: it was recorded with another state layout"
-            )
-        if demos.actions.shape[1] != chunk:
-            raise DatasetError(f"the targets are {demos.actions.shape[1]}-step chunks, the policy's {chunk}")
-        for camera in self.policy.cameras:
-            want, have = tuple(spec.camera(camera).shape), demos.images[camera].shape[1:]
-            if have != want:
-                raise DatasetError(
-                    f"camera {camera!r} frames are {list(have)} in the dataset, the env's {list(want)}"
-                )
+        spec = self.policy.spec
+        check_layout(demos, spec, self.policy.chunk_size, self.policy.cameras)
         device = module_device(self.policy)
         self.states = torch.as_tensor(demos.states, device=device)
         self.images = {c: torch.as_tensor(v, device=device) for c, v in demos.images.items()}

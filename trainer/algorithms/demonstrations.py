@@ -14,6 +14,8 @@ from pathlib import Path
 
 import numpy as np
 
+from protos.env_spec import EnvSpec
+from protos.episode_frames import vector_names
 from protos.lerobot_dataset import DatasetError
 from protos.lerobot_reader import read_camera, read_frames, read_tasks
 
@@ -125,3 +127,28 @@ def describe_empty(selection: str, action_key: str) -> str:
         "labelled": f"no frame has a {action_key!r} label",
         "all": "the dataset has no frames",
     }[selection]
+
+
+def check_layout(demos: Demonstrations, spec: EnvSpec, chunk: int, cameras: list[str] | tuple[str, ...]) -> None:
+    """Raise :class:`DatasetError` (one line) unless the frames fit ``spec``: state and action sizes,
+    the state's per-dimension names where the dataset lists them, the chunk length, camera shapes."""
+    if len(demos) == 0:
+        raise DatasetError("there are no frames to fit")
+    if demos.states.shape[1] != spec.state_dim or demos.actions.shape[2] != spec.action.dim:
+        raise DatasetError(
+            f"the dataset has state {demos.states.shape[1]} / action {demos.actions.shape[2]}, "
+            f"the env has state {spec.state_dim} / action {spec.action.dim}"
+        )
+    expected = vector_names(spec)["observation.state"]
+    if demos.state_names is not None and demos.state_names != expected:
+        at = next((i for i, (a, b) in enumerate(zip(demos.state_names, expected)) if a != b), 0)
+        raise DatasetError(
+            f"the dataset's state dimension {at} is {demos.state_names[at]!r}, the env's "
+            f"{expected[at]!r}: it was recorded with another state layout"
+        )
+    if demos.actions.shape[1] != chunk:
+        raise DatasetError(f"the targets are {demos.actions.shape[1]}-step chunks, the policy's {chunk}")
+    for camera in cameras:
+        want, have = tuple(spec.camera(camera).shape), demos.images[camera].shape[1:]
+        if have != want:
+            raise DatasetError(f"camera {camera!r} frames are {list(have)} in the dataset, the env's {list(want)}")

@@ -1,7 +1,9 @@
 """RLPD: SAC with prior data. Every batch is half online replay, half demonstrations (symmetric
 sampling); critics carry LayerNorm (an ensemble of any size, whose target takes the min over a
-random pair); and the update-to-data ratio is high. Demonstrations come from the task's scripted
-controller and, on robots, from every step a human drove (HIL-SERL's intervention buffer).
+random pair); and the update-to-data ratio is high. Demonstrations come from a recorded dataset
+(``algo.demo_dataset``: teleoperated robot episodes, as HIL-SERL starts), from the task's scripted
+controller (``algo.demo_episodes``), and on robots from every step a human drove (HIL-SERL's
+intervention buffer).
 """
 
 from __future__ import annotations
@@ -14,8 +16,10 @@ import torch
 
 from policies.base import ReparameterizedPolicy
 from protos.batch import VectorEnv
+from protos.lerobot_dataset import DatasetError
 from sim_envs.scripted import scripted_policy
 from sim_envs.vector import SimVectorEnv
+from trainer.algorithms.demo_transitions import load_transitions
 from trainer.algorithms.replay import ReplayBuffer
 from trainer.algorithms.sac import SAC, SACConfig
 
@@ -29,7 +33,8 @@ class RLPDConfig(SACConfig):
     num_critics: int = 2  # the paper uses 10; 2 keeps CPU updates affordable (set it in the config)
     critic_subset: int = 2
     critic_layer_norm: bool = True
-    demo_episodes: int = 20
+    demo_episodes: int = 20  # scripted-controller episodes played on the envs before training
+    demo_dataset: str = ""  # a LeRobot v3 dataset (e.g. teleoperated robot episodes) loaded as demos
     demo_capacity: int = 100_000
     critic_hidden: list[int] = field(default_factory=lambda: [256, 256])
 
@@ -52,8 +57,28 @@ class RLPD(SAC):
         }
 
     def before_iteration(self, venv: VectorEnv, seed: int) -> None:
-        if len(self.demos) == 0 and self.cfg.demo_episodes > 0:
+        if len(self.demos) > 0:  # already there (a resumed run's saved buffers)
+            return
+        if self.cfg.demo_dataset:
+            self.load_demo_dataset(venv.spec)
+        if self.cfg.demo_episodes > 0:
             self.collect_demos(venv)
+        if len(self.demos):
+            states = self.demos.data["state"][: len(self.demos)]
+            self.policy.update_normalizers({"state": torch.as_tensor(states)})
+
+    def load_demo_dataset(self, spec) -> None:
+        """Every usable transition of ``algo.demo_dataset`` into the demo buffer."""
+        try:
+            demos = load_transitions(self.cfg.demo_dataset, spec, self.cameras)
+        except DatasetError as exc:
+            raise ValueError(f"algo.demo_dataset={self.cfg.demo_dataset!r}: {exc}") from None
+        if len(demos) > self.cfg.demo_capacity:
+            raise ValueError(
+                f"algo.demo_dataset={self.cfg.demo_dataset!r} has {len(demos)} transitions, "
+                f"more than algo.demo_capacity={self.cfg.demo_capacity}"
+            )
+        self.demos.add(demos.obs, demos.actions, demos.rewards, demos.terminated, demos.next_obs)
 
     def collect_demos(self, venv: VectorEnv) -> None:
         """Play the scripted controller for ``demo_episodes`` episodes into the demo buffer.
@@ -76,9 +101,6 @@ class RLPD(SAC):
         finally:
             if not own_env:
                 demo_env.close()
-        self.policy.update_normalizers(
-            {"state": torch.as_tensor(self.demos.data["state"][: len(self.demos)])}
-        )
 
     def _play_demos(self, venv: VectorEnv, state_dim: int) -> None:
         controllers = [scripted_policy(venv.spec) for _ in range(venv.num_envs)]
