@@ -351,7 +351,9 @@ def run_arm(arm: str, seed: int, args, gap: dict, work: Path, finetune_from: Pat
     row["policy"] = str(policy)
     row["twin_eval"] = evaluate_on_twins(policy, args.eval_episodes, args.eval_twins, twin, work / "eval")
     if "robot_episodes_to_80" not in row:  # a sim-only arm: its robot episodes, if the twin eval reached 80 %
-        row["robot_episodes_to_80"] = row["robot_episodes"] if row["twin_eval"]["success_rate"] >= 0.8 else None
+        row["robot_episodes_to_80"] = (
+            row["robot_episodes"] if row["twin_eval"]["success_rate"] >= 0.8 else None
+        )
     print(f"{arm} seed {seed}: twin success {row['twin_eval']['success_rate']:.2f} over "
           f"{row['twin_eval']['episodes']} episodes; robot episodes {row['robot_episodes']}", flush=True)  # fmt: skip
     return row

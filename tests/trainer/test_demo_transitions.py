@@ -48,7 +48,9 @@ def write_episodes(root: Path, ends: list[tuple[str, bool]], seed: int = 10_000)
 
 
 def test_frames_pair_with_the_next_frame_and_only_terminated_episodes_keep_their_last(tmp_path):
-    played = write_episodes(tmp_path / "ds", [("terminated", False), ("truncated", False), ("driver error", True)])
+    played = write_episodes(
+        tmp_path / "ds", [("terminated", False), ("truncated", False), ("driver error", True)]
+    )
     spec = reach_spec()
     demos = load_transitions(tmp_path / "ds", spec)
     (first, first_rewards), (second, second_rewards), _ = played
@@ -72,7 +74,7 @@ def test_a_dataset_of_another_task_or_with_nothing_usable_is_refused_in_one_line
     write_episodes(tmp_path / "aborted", [("driver error", True)])
     with pytest.raises(DatasetError, match="no usable transitions"):
         load_transitions(tmp_path / "aborted", reach_spec())
-    with pytest.raises(DatasetError, match="not a LeRobot v3 dataset|holds no LeRobot v3 frames"):
+    with pytest.raises(DatasetError, match=r"not a LeRobot v3 dataset|holds no LeRobot v3 frames"):
         load_transitions(tmp_path / "missing", reach_spec())
 
 

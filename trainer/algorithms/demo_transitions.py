@@ -34,7 +34,9 @@ class Transitions:
         return len(self.rewards)
 
 
-def load_transitions(root: str | Path, spec: EnvSpec, cameras: list[str] | tuple[str, ...] = ()) -> Transitions:
+def load_transitions(
+    root: str | Path, spec: EnvSpec, cameras: list[str] | tuple[str, ...] = ()
+) -> Transitions:
     """Every usable transition of the dataset at ``root``; :class:`DatasetError` if it does not fit ``spec``."""
     frames = read_frames(root)
     if "next.reward" not in frames.columns:

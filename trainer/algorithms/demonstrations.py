@@ -129,7 +129,9 @@ def describe_empty(selection: str, action_key: str) -> str:
     }[selection]
 
 
-def check_layout(demos: Demonstrations, spec: EnvSpec, chunk: int, cameras: list[str] | tuple[str, ...]) -> None:
+def check_layout(
+    demos: Demonstrations, spec: EnvSpec, chunk: int, cameras: list[str] | tuple[str, ...]
+) -> None:
     """Raise :class:`DatasetError` (one line) unless the frames fit ``spec``: state and action sizes,
     the state's per-dimension names where the dataset lists them, the chunk length, camera shapes."""
     if len(demos) == 0:
@@ -151,4 +153,6 @@ def check_layout(demos: Demonstrations, spec: EnvSpec, chunk: int, cameras: list
     for camera in cameras:
         want, have = tuple(spec.camera(camera).shape), demos.images[camera].shape[1:]
         if have != want:
-            raise DatasetError(f"camera {camera!r} frames are {list(have)} in the dataset, the env's {list(want)}")
+            raise DatasetError(
+                f"camera {camera!r} frames are {list(have)} in the dataset, the env's {list(want)}"
+            )
