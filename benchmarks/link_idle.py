@@ -27,7 +27,6 @@ import subprocess
 import sys
 from pathlib import Path
 
-import numpy as np
 from link_compare import NAMESPACE, median_of_rounds, run_ours
 from shaped_link import delete_namespace, shaped_namespace
 
@@ -91,7 +90,7 @@ def main() -> None:
     results["machine"] = {"cpus": os.cpu_count(), "python": platform.python_version()}
     results["settings"] = vars(args) | {"out": str(args.out)}
     args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps(results, indent=2, default=lambda x: float(np.asarray(x))))
+    args.out.write_text(json.dumps(results, indent=2))
     print(f"written to {args.out}")
 
 

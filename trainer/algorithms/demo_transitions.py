@@ -41,21 +41,20 @@ def load_transitions(
     frames = read_frames(root)
     if "next.reward" not in frames.columns:
         raise DatasetError(f"the dataset has no 'next.reward' column; it has {sorted(frames.columns)}")
-    demos = load_demonstrations(root, "action", "all", 1, cameras)
+    demos = load_demonstrations(root, "action", "all", 1, cameras, frames=frames)
     check_layout(demos, spec, 1, cameras)
     episodes = frames["episode_index"].to_numpy()
     meta = read_episodes(root).set_index("episode_index")
-    aborted = _episodes_where(meta, "aborted", lambda v: bool(v))
-    terminal = _episodes_where(meta, "end_reason", lambda v: v == "terminated")
+    aborted = _episodes_with(meta, "aborted", True)
+    terminal = _episodes_with(meta, "end_reason", "terminated")
 
-    n = len(episodes)
     last = np.append(episodes[1:] != episodes[:-1], True)
-    ends_terminal = np.isin(episodes, list(terminal))
-    keep = ~np.isin(episodes, list(aborted)) & (~last | ends_terminal)
+    ends_terminal = np.isin(episodes, terminal)
+    keep = ~np.isin(episodes, aborted) & (~last | ends_terminal)
     if not keep.any():
         raise DatasetError("it has no usable transitions (every episode aborted, or one frame long)")
     now = np.flatnonzero(keep)
-    following = np.where(last[now], now, np.minimum(now + 1, n - 1))  # a terminal frame's next is masked
+    following = np.where(last[now], now, now + 1)  # a terminal frame's next is masked
     observe = lambda rows: {  # noqa: E731
         "state": demos.states[rows],
         "images": {c: demos.images[c][rows] for c in cameras},
@@ -69,8 +68,8 @@ def load_transitions(
     )
 
 
-def _episodes_where(meta, column: str, test) -> set[int]:
-    """The episode indices whose ``meta/episodes`` ``column`` passes ``test`` (none if it has no such column)."""
+def _episodes_with(meta, column: str, value) -> np.ndarray:
+    """The episode indices whose ``meta/episodes`` ``column`` equals ``value`` (none without the column)."""
     if column not in meta.columns:
-        return set()
-    return {int(index) for index, value in meta[column].items() if test(value)}
+        return np.zeros(0, np.int64)
+    return meta.index[meta[column] == value].to_numpy()

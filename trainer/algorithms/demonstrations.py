@@ -85,9 +85,11 @@ def load_demonstrations(
     selection: str = "all",
     chunk_size: int = 1,
     cameras: tuple[str, ...] | list[str] = (),
+    frames=None,
 ) -> Demonstrations:
-    """The selected frames of one dataset, with chunked action targets and the listed cameras' frames."""
-    frames = read_frames(root)
+    """The selected frames of one dataset, with chunked action targets and the listed cameras' frames
+    (``frames``: the dataset's frames when the caller has read them already)."""
+    frames = read_frames(root) if frames is None else frames
     keep = selected(frames, action_key, selection)
     actions = np.stack(frames[action_key].to_numpy()).astype(np.float32)
     episodes = frames["episode_index"].to_numpy()
