@@ -1,0 +1,68 @@
+"""The agent keeps the host's cores out of idle states while it runs, and only then (PM QoS)."""
+
+from __future__ import annotations
+
+import logging
+import os
+import time
+
+import pytest
+
+from robot_agent.agent import Agent, AgentThread
+from robot_agent.config import AgentConfig, LinkConfig
+from robot_agent.core_wake import PM_QOS_FILE, IdleStateLimit, current_limit_us
+from robot_agent.drivers import make_driver
+
+needs_pm_qos = pytest.mark.skipif(
+    not os.access(PM_QOS_FILE, os.W_OK), reason=f"{PM_QOS_FILE} is not writable here (needs Linux and root)"
+)
+
+
+@needs_pm_qos
+def test_the_limit_holds_while_open_and_drops_on_release():
+    before = current_limit_us()
+    assert before > 0, "another process holds a 0 us request: this test cannot tell ours from it"
+    with IdleStateLimit(0) as limit:
+        assert limit.held
+        assert current_limit_us() == 0
+    assert current_limit_us() == before
+
+
+def test_no_permission_logs_one_warning_and_the_agent_goes_on(tmp_path, caplog):
+    limit = IdleStateLimit(0, path=tmp_path / "no" / "cpu_dma_latency")
+    with caplog.at_level(logging.WARNING, logger="robot_agent.core_wake"):
+        assert limit.hold() is False
+    assert not limit.held
+    assert "keep_cores_awake = false" in caplog.text
+    limit.release()  # nothing held: a no-op
+
+
+def test_a_negative_latency_is_refused():
+    with pytest.raises(ValueError, match="max_exit_latency_us"):
+        IdleStateLimit(-1)
+
+
+@needs_pm_qos
+@pytest.mark.parametrize("keep_cores_awake", [True, False])
+def test_the_agent_holds_the_limit_while_it_runs_and_releases_it_on_stop(tmp_path, keep_cores_awake):
+    before = current_limit_us()
+    config = AgentConfig(
+        spool_dir=str(tmp_path),
+        keep_cores_awake=keep_cores_awake,
+        # No trainer listens here: the agent runs, holds the robot and retries the link.
+        link=LinkConfig(server="127.0.0.1:9", insecure=True, reconnect_max_s=0.2),
+    )
+    driver = make_driver("sim-twin", {"task": "reach", "control_hz": 20.0})
+    agent = AgentThread(Agent(driver, config)).start()
+    try:
+        expected = 0 if keep_cores_awake else before
+        deadline = time.monotonic() + 10.0  # the agent takes the limit as its run starts
+        while current_limit_us() != expected and time.monotonic() < deadline:
+            time.sleep(0.01)
+        time.sleep(0.3)  # and keeps it (or never takes it) while it runs
+        assert agent.is_alive()
+        assert current_limit_us() == expected
+    finally:
+        agent.stop()
+    assert not agent.is_alive()
+    assert current_limit_us() == before
