@@ -205,13 +205,15 @@ def serve_forever(port_file: Path, stats_file: Path, decode: str = "copy") -> No
 def run_link(
     frames, control_hz: float, duration_s: float, episode_steps: int, codec: str = "jpeg",
     frame_ring_slots: int = 16, decode: str = "copy", warmup_s: float = 0.0, lockstep: bool = False,
+    keep_cores_awake: bool = True,
 ) -> dict:  # fmt: skip
     """The agent in this process, the trainer in another (as on two machines, no shared GIL).
     ``frame_ring_slots=0`` keeps raw frames in-band even on loopback (as to another host).
     ``warmup_s``: run this long before measuring (see link_compare.py's WARMUP_S).
     ``lockstep``: the next observation leaves as soon as the previous one is answered (the peers'
     back-to-back figure); the control loop then runs at ``control_hz`` or as fast as the answers come,
-    whichever is slower, and its late and missed ticks mean nothing."""
+    whichever is slower, and its late and missed ticks mean nothing.
+    ``keep_cores_awake``: the agent's PM QoS request (``AgentConfig.keep_cores_awake``)."""
     with tempfile.TemporaryDirectory() as tmp:
         port_file, stats_file = Path(tmp) / "port", Path(tmp) / "stats.json"
         trainer = subprocess.Popen(
@@ -225,6 +227,7 @@ def run_link(
             robot_id="bench",
             spool_dir=str(Path(tmp) / "spool"),
             action_wait_fraction=0.9,
+            keep_cores_awake=keep_cores_awake,
             link=LinkConfig(
                 server=f"127.0.0.1:{port_file.read_text()}",
                 insecure=True,

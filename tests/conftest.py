@@ -6,6 +6,16 @@ import sim_envs  # noqa: F401  (selects MUJOCO_GL before anything imports mujoco
 
 
 def pytest_collection_modifyitems(config, items):
+    # The suite runs under pytest-xdist, one worker per core, a file to a worker (``--dist loadfile``
+    # in pyproject.toml): a file's tests share its fixtures and fixed names (the shaped-link test's
+    # network namespace). Files with slow tests go first, so that no minute-long test starts last
+    # and runs alone at the end.
+    slow_files = {item.path for item in items if "slow" in item.keywords}
+    items.sort(key=lambda item: item.path not in slow_files)  # stable: the order within a file holds
+    skip_gpu_tests_without_a_gpu(items)
+
+
+def skip_gpu_tests_without_a_gpu(items):
     """``gpu`` tests need a CUDA GPU: skipped, with the reason, on machines without one (like CI)."""
     gpu_items = [item for item in items if "gpu" in item.keywords]
     if not gpu_items:

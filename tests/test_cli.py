@@ -3,6 +3,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 ROOT = Path(__file__).resolve().parents[1]
 
 
@@ -34,6 +36,7 @@ def test_robot_teleop_is_a_real_command_with_required_flags():
     assert result.returncode == 0 and "--record-dir" in result.stdout
 
 
+@pytest.mark.slow
 def test_train_bad_input_is_one_line(tmp_path):
     cases = [
         (["run.totl_env_steps=5"], "run.totl_env_steps"),

@@ -89,6 +89,7 @@ def test_sysid_recovers_the_gain_and_latency_the_episodes_were_made_with(robot_e
     assert result.field_rms_after["tcp_pos"] < result.field_rms_before["tcp_pos"] / 5
 
 
+@pytest.mark.slow
 def test_sysid_finds_the_perception_offset_from_teleoperated_grasps(tmp_path):
     bias_y = 0.03  # a camera calibration 3 cm off across the table
     root, successes = record_expert_episodes(

@@ -46,6 +46,7 @@ def test_subprocess_workers_import_the_module_themselves():
         venv.close()
 
 
+@pytest.mark.slow
 def test_ppo_trains_on_an_outside_env_through_the_cli_config(tmp_path):
     overrides = [
         "env.id=toy/ReachDot-v0", "env.num_envs=8", "env.backend=inline",

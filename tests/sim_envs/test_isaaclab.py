@@ -70,6 +70,7 @@ def test_per_env_seeds_and_bad_actions_are_refused():
         venv.chunk_step(np.zeros((4, 2), np.float32))
 
 
+@pytest.mark.slow
 def test_ppo_through_the_runner_learns_on_the_batched_env(tmp_path):
     overrides = [
         f"env.kwargs={json.dumps({**STANDIN, 'task': 'PointMass'})}", "env.num_envs=16", "run.device=cpu",

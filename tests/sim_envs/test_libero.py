@@ -22,6 +22,7 @@ def side_python() -> str:
     return suite_python("libero")
 
 
+@pytest.mark.slow
 def test_the_env_checker_passes_and_the_tasks_goal_is_its_success_in_liberos_venv(side_python):
     kwargs = {"suite": "libero_spatial", "task_id": 0, "cameras": ["agentview"], "image_size": 48,
               "max_episode_steps": 15, "settle_steps": 2}  # fmt: skip
@@ -40,6 +41,7 @@ def test_the_env_checker_passes_and_the_tasks_goal_is_its_success_in_liberos_ven
     assert not found["success_before_placing"] and found["placed_success"]
 
 
+@pytest.mark.slow
 def test_the_vector_contract_holds_with_workers_in_liberos_venv(side_python):
     make = lambda: sim_envs.make_vector(  # noqa: E731
         "rlinf/LIBERO-v0", 2, backend="subprocess", num_workers=2, python=side_python,
@@ -64,6 +66,7 @@ def test_the_vector_contract_holds_with_workers_in_liberos_venv(side_python):
         again.close()
 
 
+@pytest.mark.slow
 def test_ppo_in_libero_gets_the_hand_to_the_bowl_better_than_the_untrained_policy(side_python, tmp_path):
     # The reach shaping (minus the hand-to-bowl distance each step): 2,400 env steps took the greedy
     # return from -10.98 to -8.68 on these seeds when this test was written.

@@ -21,6 +21,7 @@ def side_python() -> str:
     return suite_python("maniskill")
 
 
+@pytest.mark.slow
 def test_the_env_checker_passes_on_state_and_camera_in_maniskills_venv(side_python):
     kwargs = {"task": "PushCube-v1", "obs_mode": "rgb", "image_size": 32, "max_episode_steps": 12}
     found = run_suite_checks(side_python, "rlinf/ManiSkill-v0", kwargs, "base_camera")
@@ -50,6 +51,7 @@ def test_the_vector_contract_holds_with_workers_in_maniskills_venv(side_python):
         venv.close()
 
 
+@pytest.mark.slow
 def test_ppo_in_maniskill_beats_the_untrained_policy_on_fixed_seeds(side_python, tmp_path):
     kwargs = {"task": "PushCube-v1", "max_episode_steps": 50}
     before, after = ppo_returns_before_and_after("ppo_maniskill", side_python, kwargs, 12000, tmp_path, 4242)

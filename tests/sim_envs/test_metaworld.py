@@ -26,6 +26,7 @@ def side_python() -> str:
     return suite_python("metaworld")
 
 
+@pytest.mark.slow
 def test_the_env_checker_passes_and_seeds_fix_the_variation_in_metaworlds_venv(side_python):
     kwargs = {"task": "reach-v3", "cameras": ["corner"], "image_size": 48, "max_episode_steps": 80}
     found = run_suite_checks(side_python, "rlinf/MetaWorld-v0", kwargs, "corner", "--reach")
@@ -61,12 +62,14 @@ def test_the_vector_contract_holds_with_workers_in_metaworlds_venv(side_python):
         again.close()
 
 
+@pytest.mark.slow
 def test_ppo_in_metaworld_beats_the_untrained_policy_on_fixed_seeds(side_python, tmp_path):
     kwargs = {"task": "reach-v3", "max_episode_steps": 100}
     before, after = ppo_returns_before_and_after("ppo_metaworld", side_python, kwargs, 24000, tmp_path, 777)
     assert after > 1.5 * before, (before, after)
 
 
+@pytest.mark.slow
 def test_bc_on_metaworlds_own_scripted_demos_pushes_on_held_out_seeds(side_python, tmp_path):
     # MetaWorld's scripted policies record the demos (in its venv); BC trains in the main venv.
     kwargs = {"task": "push-v3", "max_episode_steps": 100, "terminate_on_success": True}

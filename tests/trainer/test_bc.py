@@ -61,6 +61,7 @@ def test_bc_learns_to_reach_from_expert_episodes(tmp_path):
 IMAGE_ENV = {**ENV, "cameras": ["front"], "image_height": 64, "image_width": 64, "privileged_state": False}
 
 
+@pytest.mark.slow
 def test_bc_learns_a_cnn_policy_from_the_recorded_camera(tmp_path):
     """The goal is not in the state, only in the front camera's mp4. The demonstrated episodes are
     learned (their seeds are replayed); reaching unseen goals needs more demonstrations than a test

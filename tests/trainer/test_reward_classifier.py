@@ -62,6 +62,7 @@ def test_a_separable_toy_set_is_learned_and_the_classifier_reloads(tmp_path):
     assert p[0] > 0.5 > p[1]
 
 
+@pytest.mark.slow
 def test_a_rendered_cube_lifted_or_not_is_told_apart_from_the_camera_alone(tmp_path):
     spec = spec_of("rlinf/FrankaPickLift-v0")
     demos = record_expert_demos(DemoConfig("rlinf/FrankaPickLift-v0", 20, str(tmp_path / "demos"), seed=0,

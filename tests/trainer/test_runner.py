@@ -95,6 +95,7 @@ def test_resume_with_another_policy_shape_says_so(tmp_path):
         Runner(changed, resume_dir=tmp_path).run()
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("stop", [signal.SIGINT, signal.SIGTERM], ids=["ctrl-c", "sigterm"])
 def test_ctrl_c_or_sigterm_saves_a_checkpoint_and_the_run_resumes(tmp_path, stop):
     exe = Path(sys.executable).with_name("rlinf-trainer")
@@ -136,6 +137,7 @@ def test_ctrl_c_or_sigterm_saves_a_checkpoint_and_the_run_resumes(tmp_path, stop
     assert json.loads((tmp_path / "final_eval.json").read_text())["env_steps"] == total
 
 
+@pytest.mark.slow
 def test_image_rlpd_runs_with_demos_from_a_privileged_twin(tmp_path):
     overrides = [
         f"run.output_dir={tmp_path}",

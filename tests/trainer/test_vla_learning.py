@@ -5,6 +5,7 @@ beat its own SFT start on fixed seeds."""
 from __future__ import annotations
 
 import numpy as np
+import pytest
 import torch
 
 import sim_envs
@@ -38,6 +39,7 @@ def greedy_return(policy_dir) -> float:
     return float(np.mean([e.episode_return for e in finished]))
 
 
+@pytest.mark.slow
 def test_grpo_on_a_tiny_vla_beats_its_sft_start(tmp_path):
     demos = record_expert_demos(
         DemoConfig("rlinf/FrankaReach-v0", 8, str(tmp_path / "demos"), env_kwargs=ENV), False

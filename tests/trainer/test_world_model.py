@@ -226,6 +226,7 @@ def test_bad_world_model_inputs_are_one_line_errors(tmp_path, state_model):
         WorldModelVectorEnv(str(empty), num_envs=1)
 
 
+@pytest.mark.slow
 def test_a_policy_trained_only_inside_a_world_model_improves_in_the_true_env(tmp_path):
     """Random episodes of a small deterministic env (tests/sim_envs/toy_gym_env.py) -> a world model ->
     PPO in the model alone -> greedy in the real env, against the same policy untrained."""
