@@ -38,6 +38,7 @@ def run(server, robot_id: str):
     return server.call(run_episode(session, constant_policy(POLICY)), timeout=60)
 
 
+@pytest.mark.alone
 def test_interventions_are_executed_flagged_at_the_boundaries_recorded_and_handed_back_smoothly(tmp_path):
     server = start_server()
     # The trace advances once per episode tick, and ticks the policy's first chunk misses (a loaded

@@ -54,6 +54,7 @@ def frames_of(root):
     return frames, episodes
 
 
+@pytest.mark.alone
 def test_teleop_records_the_trace_as_driven_and_labelled(tmp_path):
     path, readings = trace(tmp_path, steps=12, label="success")
     # A generous watchdog (2 s): this test is about what is recorded, and a tick stalled past the
