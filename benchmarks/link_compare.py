@@ -134,11 +134,12 @@ def run_peer(peer: str, prefix: list[str], python: Path, requests: int, hz: floa
 
 def run_ours(
     prefix: list[str], codec: str, ring_slots: int, duration_s: float, lockstep: bool = False,
-    keep_cores_awake: bool = True,
+    cores: str = "pm_qos",
 ) -> dict:  # fmt: skip
-    """Our link in a subprocess (under ``prefix``: a network namespace). ``keep_cores_awake=False``
-    turns off the agent's PM QoS request (``robot_agent/core_wake.py``), as where it has no permission."""
-    mode = "lockstep" if lockstep else "30hz" if keep_cores_awake else "30hz_cores_may_halt"
+    """Our link in a subprocess (under ``prefix``: a network namespace). ``cores``: how the agent keeps
+    the cores awake between 30 Hz ticks (``robot_agent/core_wake.py``): ``pm_qos`` (the default),
+    ``may_halt`` (no request, as where it has no permission) or ``spin`` (also ``spin_idle_cores``)."""
+    mode = "lockstep" if lockstep else "30hz" if cores == "pm_qos" else f"30hz_{cores}"
     out = subprocess.run(
         [*prefix, sys.executable, __file__, "--ours", codec, str(ring_slots), str(duration_s), mode],
         capture_output=True, text=True, timeout=600, cwd=ROOT,
@@ -156,7 +157,7 @@ def ours_in_this_process(codec: str, ring_slots: int, duration_s: float, mode: s
 
     frames = link_latency.render_scene_frames(6.0)
     lockstep = mode == "lockstep"
-    keep_cores_awake = mode != "30hz_cores_may_halt"
+    cores = {"30hz_may_halt": "may_halt", "30hz_spin": "spin"}.get(mode, "pm_qos")
     # Lockstep: the control loop may tick at up to 1 kHz, and each observation waits for the answer
     # to the one before it (``run_link(lockstep=True)``).
     hz = LOCKSTEP_MAX_HZ if lockstep else 30.0
@@ -171,7 +172,8 @@ def ours_in_this_process(codec: str, ring_slots: int, duration_s: float, mode: s
             decode="view",
             warmup_s=WARMUP_S,
             lockstep=lockstep,
-            keep_cores_awake=keep_cores_awake,
+            keep_cores_awake=cores != "may_halt",
+            spin_idle_cores=cores == "spin",
         )
     except IndexError:  # no chunk came back at all: the link cannot carry this payload
         print(json.dumps({"failed": f"no round trip completed: the link cannot carry the payload ({mode})"}))

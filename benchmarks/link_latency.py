@@ -205,7 +205,7 @@ def serve_forever(port_file: Path, stats_file: Path, decode: str = "copy") -> No
 def run_link(
     frames, control_hz: float, duration_s: float, episode_steps: int, codec: str = "jpeg",
     frame_ring_slots: int = 16, decode: str = "copy", warmup_s: float = 0.0, lockstep: bool = False,
-    keep_cores_awake: bool = True,
+    keep_cores_awake: bool = True, spin_idle_cores: bool = False,
 ) -> dict:  # fmt: skip
     """The agent in this process, the trainer in another (as on two machines, no shared GIL).
     ``frame_ring_slots=0`` keeps raw frames in-band even on loopback (as to another host).
@@ -213,7 +213,7 @@ def run_link(
     ``lockstep``: the next observation leaves as soon as the previous one is answered (the peers'
     back-to-back figure); the control loop then runs at ``control_hz`` or as fast as the answers come,
     whichever is slower, and its late and missed ticks mean nothing.
-    ``keep_cores_awake``: the agent's PM QoS request (``AgentConfig.keep_cores_awake``)."""
+    ``keep_cores_awake``, ``spin_idle_cores``: the agent's settings of those names (``AgentConfig``)."""
     with tempfile.TemporaryDirectory() as tmp:
         port_file, stats_file = Path(tmp) / "port", Path(tmp) / "stats.json"
         trainer = subprocess.Popen(
@@ -228,6 +228,7 @@ def run_link(
             spool_dir=str(Path(tmp) / "spool"),
             action_wait_fraction=0.9,
             keep_cores_awake=keep_cores_awake,
+            spin_idle_cores=spin_idle_cores,
             link=LinkConfig(
                 server=f"127.0.0.1:{port_file.read_text()}",
                 insecure=True,

@@ -8,7 +8,7 @@ from pathlib import Path
 
 from robot_agent.config import AgentConfig
 from robot_agent.control_loop import ControlLoop
-from robot_agent.core_wake import IdleStateLimit
+from robot_agent.core_wake import IdleCoreSpinners, IdleStateLimit
 from robot_agent.drivers.base import RobotDriver
 from robot_agent.link import LinkClient
 from robot_agent.spool import EpisodeSpool
@@ -33,9 +33,11 @@ class Agent:
     async def run(self, stop: asyncio.Event | None = None) -> None:
         """Serve until ``stop`` is set (or the trainer refuses us); the robot holds whenever the link is down."""
         stop = stop or asyncio.Event()
-        awake = IdleStateLimit()
+        awake, spinners = IdleStateLimit(), IdleCoreSpinners()
         if self.config.keep_cores_awake:
             awake.hold()
+        if self.config.spin_idle_cores:
+            spinners.hold()
         self.control.start()
         try:
             await self.link.run(stop)
@@ -43,6 +45,7 @@ class Agent:
             self.control.stop()
             self.spool.close()
             awake.release()
+            spinners.release()
 
 
 class AgentThread:

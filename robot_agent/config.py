@@ -88,6 +88,9 @@ class AgentConfig:
     # Hold the host's cores out of idle states while running (PM QoS; needs root or a udev rule):
     # ~1.6 ms off a 30 Hz round trip where waking halted cores is slow (robot_agent/core_wake.py).
     keep_cores_awake: bool = True
+    # One SCHED_IDLE busy loop per core while running: cores never halt, also in a VM, where the PM
+    # QoS request is not enough (~2 ms off a 30 Hz round trip there). Costs power, not time.
+    spin_idle_cores: bool = False
     safety: SafetyConfig = field(default_factory=SafetyConfig)
     link: LinkConfig = field(default_factory=lambda: LinkConfig(insecure=True))
 

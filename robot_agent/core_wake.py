@@ -17,6 +17,8 @@ from __future__ import annotations
 import logging
 import os
 import struct
+import subprocess
+import sys
 from pathlib import Path
 
 log = logging.getLogger(__name__)
@@ -83,3 +85,50 @@ def current_limit_us(path: Path | str = PM_QOS_FILE) -> int:
     """The kernel's aggregate wake-up latency limit now (microseconds): what every holder asked, at least."""
     with open(path, "rb") as f:
         return struct.unpack("=i", f.read(4))[0]
+
+
+# One busy loop at the lowest priority, which exits when its parent (the agent) is gone.
+_SPINNER = """
+import os, sys
+os.sched_setaffinity(0, {int(sys.argv[2])})
+os.sched_setscheduler(0, os.SCHED_IDLE, os.sched_param(0))
+parent = int(sys.argv[1])
+while os.getppid() == parent:
+    for _ in range(100_000):
+        pass
+"""
+
+
+class IdleCoreSpinners:
+    """One ``SCHED_IDLE`` busy loop pinned to each core the agent may use, while held.
+
+    A ``SCHED_IDLE`` task runs only when nothing else wants its core, so the core never halts, yet
+    the scheduler preempts it the moment another thread wakes: it costs power, not time. Where the
+    PM QoS request does not keep a core awake (a VM, whose polling idle loop still exits to the
+    hypervisor) or cannot be made (no permission), this does, from user space. A spinner exits
+    within milliseconds of its agent, however the agent ends.
+    """
+
+    def __init__(self) -> None:
+        self._procs: list[subprocess.Popen] = []
+
+    @property
+    def held(self) -> bool:
+        return bool(self._procs)
+
+    def hold(self) -> bool:
+        if self._procs or not hasattr(os, "SCHED_IDLE"):
+            return bool(self._procs)
+        cores = sorted(os.sched_getaffinity(0))
+        self._procs = [
+            subprocess.Popen([sys.executable, "-c", _SPINNER, str(os.getpid()), str(core)]) for core in cores
+        ]
+        log.info("one SCHED_IDLE busy loop on each of cores %s while the agent runs", cores)
+        return True
+
+    def release(self) -> None:
+        for proc in self._procs:
+            proc.kill()
+        for proc in self._procs:
+            proc.wait()
+        self._procs = []

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import logging
 import os
+import subprocess
+import sys
 import time
 from pathlib import Path
 
@@ -11,7 +13,7 @@ import pytest
 
 from robot_agent.agent import Agent, AgentThread
 from robot_agent.config import AgentConfig, LinkConfig
-from robot_agent.core_wake import PM_QOS_FILE, IdleStateLimit, current_limit_us
+from robot_agent.core_wake import PM_QOS_FILE, IdleCoreSpinners, IdleStateLimit, current_limit_us
 from robot_agent.drivers import make_driver
 
 needs_pm_qos = pytest.mark.skipif(
@@ -76,3 +78,54 @@ def test_the_agent_holds_the_limit_while_it_runs_and_releases_it_on_stop(tmp_pat
         agent.stop()
     assert not agent.is_alive()
     assert requests_held_here() == before
+
+
+def test_spinners_run_at_idle_priority_one_pinned_to_each_core_until_released():
+    spinners = IdleCoreSpinners()
+    assert spinners.hold()
+    try:
+        pids = [proc.pid for proc in spinners._procs]
+        cores = sorted(os.sched_getaffinity(0))
+        assert len(pids) == len(cores)
+        deadline = time.monotonic() + 10.0  # each sets its policy and core as it starts
+        while time.monotonic() < deadline:
+            policies = [os.sched_getscheduler(pid) for pid in pids]
+            affinities = [sorted(os.sched_getaffinity(pid)) for pid in pids]
+            if policies == [os.SCHED_IDLE] * len(pids) and affinities == [[c] for c in cores]:
+                break
+            time.sleep(0.05)
+        assert policies == [os.SCHED_IDLE] * len(pids)
+        assert affinities == [[c] for c in cores]
+        assert all(proc.poll() is None for proc in spinners._procs)
+    finally:
+        procs = list(spinners._procs)
+        spinners.release()
+    assert not spinners.held
+    assert all(proc.returncode is not None for proc in procs)
+
+
+def test_spinners_exit_when_their_agent_is_killed():
+    # A process holds spinners and then dies without releasing them (as under SIGKILL).
+    holder = subprocess.Popen(
+        [sys.executable, "-c",
+         "import os, sys, time\nfrom robot_agent.core_wake import IdleCoreSpinners\n"
+         "s = IdleCoreSpinners(); s.hold()\nprint(' '.join(str(p.pid) for p in s._procs), flush=True)\n"
+         "time.sleep(60)"],
+        stdout=subprocess.PIPE, text=True, cwd=Path(__file__).resolve().parents[2],
+    )  # fmt: skip
+    pids = [int(pid) for pid in holder.stdout.readline().split()]
+    assert pids and all(Path(f"/proc/{pid}").exists() for pid in pids)
+    holder.kill()
+    holder.wait()
+    deadline = time.monotonic() + 10.0
+    while any(alive(pid) for pid in pids) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert not any(alive(pid) for pid in pids)
+
+
+def alive(pid: int) -> bool:
+    """Running, not a zombie waiting for its (re-)parent to reap it."""
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().split(") ")[1][0] != "Z"
+    except (FileNotFoundError, IndexError):
+        return False
