@@ -196,10 +196,10 @@ def speedups(links: dict) -> dict[str, dict[str, dict[str, float]]]:
     default) in the same mode. Like with like: an idle 30 Hz loop pays wake-ups a busy one does not."""
     out: dict[str, dict[str, dict[str, float]]] = {}
     for link, row in links.items():
-        for mode in MODES:
+        for mode in (*MODES, "30hz_spin"):  # ours spinning idle cores against the peers at 30 Hz
             ours = row.get(f"ours_auto_{mode}", {}).get("p50_ms")
             for peer in ("openpi", "lerobot"):
-                theirs = row.get(f"{peer}_{mode}", {}).get("p50_ms")
+                theirs = row.get(f"{peer}_{mode.removesuffix('_spin')}", {}).get("p50_ms")
                 if ours is not None and theirs is not None:
                     out.setdefault(link, {}).setdefault(mode, {})[peer] = theirs / ours
     return out
@@ -260,6 +260,10 @@ def main() -> None:
             )
             if link == "loopback":
                 runs[f"ours_raw_ring_{mode}"] = partial(run_ours, prefix, "raw", 16, duration, lockstep)
+        # The agent with spin_idle_cores = true: its idle cores never halt (robot_agent/core_wake.py).
+        runs["ours_auto_30hz_spin"] = partial(
+            run_ours, prefix, "auto", 0 if prefix else 16, duration, cores="spin"
+        )
         # Rounds of one run of each: a drift in this shared machine's speed lands on every side alike.
         rounds = [{name: run() for name, run in runs.items()} for _ in range(args.rounds)]
         if prefix:
