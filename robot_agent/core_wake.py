@@ -117,8 +117,11 @@ class IdleCoreSpinners:
         return bool(self._procs)
 
     def hold(self) -> bool:
-        if self._procs or not hasattr(os, "SCHED_IDLE"):
-            return bool(self._procs)
+        if self._procs:
+            return True
+        if not hasattr(os, "SCHED_IDLE"):
+            log.warning("spin_idle_cores needs Linux's SCHED_IDLE; cores may halt between ticks")
+            return False
         cores = sorted(os.sched_getaffinity(0))
         self._procs = [
             subprocess.Popen([sys.executable, "-c", _SPINNER, str(os.getpid()), str(core)]) for core in cores
