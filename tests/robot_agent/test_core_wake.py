@@ -1,4 +1,5 @@
-"""The agent keeps the host's cores out of idle states while it runs, and only then (PM QoS)."""
+"""The agent keeps the host's cores out of idle states while it runs, and only then: its PM QoS
+request (default) and its idle-priority busy loops (``spin_idle_cores``)."""
 
 from __future__ import annotations
 
@@ -129,3 +130,35 @@ def alive(pid: int) -> bool:
         return Path(f"/proc/{pid}/stat").read_text().split(") ")[1][0] != "Z"
     except (FileNotFoundError, IndexError):
         return False
+
+
+def spinners_of_this_process() -> list[int]:
+    """Pids of this process's children that run the spinner loop."""
+    pids = []
+    for proc in Path("/proc").iterdir():
+        try:
+            ppid = int((proc / "stat").read_text().rsplit(") ", 1)[1].split()[1])
+            cmdline = (proc / "cmdline").read_bytes()
+        except (OSError, ValueError, IndexError):
+            continue
+        if ppid == os.getpid() and b"SCHED_IDLE" in cmdline:
+            pids.append(int(proc.name))
+    return pids
+
+
+def test_an_agent_with_spin_idle_cores_spins_while_it_runs_and_not_after(tmp_path):
+    config = AgentConfig(
+        spool_dir=str(tmp_path),
+        keep_cores_awake=False,
+        spin_idle_cores=True,
+        link=LinkConfig(server="127.0.0.1:9", insecure=True, reconnect_max_s=0.2),
+    )
+    agent = AgentThread(Agent(make_driver("sim-twin", {"task": "reach", "control_hz": 20.0}), config)).start()
+    try:
+        deadline = time.monotonic() + 10.0
+        while len(spinners_of_this_process()) < len(os.sched_getaffinity(0)) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert len(spinners_of_this_process()) == len(os.sched_getaffinity(0))
+    finally:
+        agent.stop()
+    assert spinners_of_this_process() == []
