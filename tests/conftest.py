@@ -11,12 +11,12 @@ import sim_envs  # noqa: F401  (selects MUJOCO_GL before anything imports mujoco
 
 
 def pytest_collection_modifyitems(config, items):
-    # The suite runs under pytest-xdist, one worker per core, a file to a worker (``--dist loadfile``
-    # in pyproject.toml): a file's tests share its fixtures and fixed names (the shaped-link test's
-    # network namespace). Files with slow tests go first, so that no minute-long test starts last
-    # and runs alone at the end.
-    slow_files = {item.path for item in items if "slow" in item.keywords}
-    items.sort(key=lambda item: item.path not in slow_files)  # stable: the order within a file holds
+    # Under pytest-xdist (``-n auto --dist loadfile``: a file to a worker, so a file's tests share its
+    # fixtures and fixed names, like the shaped-link test's network namespace), files with slow tests
+    # go first, so that no minute-long test starts last and runs alone at the end.
+    if "PYTEST_XDIST_WORKER" in os.environ:
+        slow_files = {item.path for item in items if "slow" in item.keywords}
+        items.sort(key=lambda item: item.path not in slow_files)  # stable: a file's order holds
     skip_gpu_tests_without_a_gpu(items)
 
 
