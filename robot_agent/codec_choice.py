@@ -12,9 +12,10 @@ Three measurements feed the choice:
 * **the control period**.
 
 An assignment (an option per camera) is predicted to take ``base + coding time + bytes / rate``.
-Among the assignments whose link time stays under ``max_link_share`` of the period (the control rate
-keeps its headroom), the one with the best fidelity (raw, then the top JPEG quality, ...) is taken if
-it is within a slack of the fastest. A running choice moves up in fidelity after a dwell time and
+Among the assignments whose link time and coding time each stay under ``max_link_share`` of the
+period (the control rate keeps its headroom), the one with the best fidelity (raw, then the top JPEG quality, ...) is taken if
+it is within a slack of the fastest; where none fits (the rate is lost whatever is sent), the one with
+the shortest round trip. A running choice moves up in fidelity after a dwell time and
 with headroom, and down only when it no longer fits, or is slower than the best by a clear margin (no
 flapping).
 """
@@ -166,8 +167,8 @@ class Choice:
 
     options: dict[str, CodecOption]
     predicted_ms: float
-    link_ms: float  # the link time of one observation
-    fits: bool  # link_ms within the link's share of the period
+    busy_ms: float  # per observation, the longer of the link's time and the coding's CPU time
+    fits: bool  # busy_ms within the share of the period the link may take
     reason: str
 
     def labels(self) -> str:
@@ -175,12 +176,14 @@ class Choice:
 
 
 def predict(options: Mapping[str, CodecOption], costs: Costs, link: LinkEstimate) -> tuple[float, float]:
-    """(round trip, link time) of one assignment, in ms. Coding is counted as CPU time (summed over
-    cameras): on a small robot PC, and on a trainer decoding many robots, cores are not free."""
+    """(round trip, busy time) of one assignment, in ms. Coding is counted as CPU time (summed over
+    cameras): on a small robot PC, and on a trainer decoding many robots, cores are not free. The busy
+    time is the longer of the link's time and the coding's: either one bounds the rate (two JPEG
+    encodes of 1.7 ms each keep no 1 kHz loop, however fast the link)."""
     chosen = [costs[camera][option] for camera, option in options.items()]
     link_ms = link.transfer_ms(sum(c.bytes for c in chosen))
     coding_ms = sum(c.encode_ms + c.decode_ms for c in chosen)
-    return link.base_ms + coding_ms + link_ms, link_ms
+    return link.base_ms + coding_ms + link_ms, max(link_ms, coding_ms)
 
 
 def fidelity_steps(options: Mapping[str, CodecOption], costs: Costs) -> int:
@@ -203,7 +206,13 @@ def candidates(costs: Costs, limit: int = 1024) -> list[dict[str, CodecOption]]:
 
 def choose(costs: Costs, link: LinkEstimate, rule: ChoiceRule) -> Choice:
     """The highest-fidelity assignment within the slack of the fastest one that fits the period (at
-    full size if any full-size one fits); if none fits, the one with the least link time."""
+    full size if any full-size one fits); if none fits, the one with the shortest predicted round trip.
+
+    Where none fits, the control rate is lost whatever is sent, and what is left to win is the rate
+    the loop does reach: one observation per round trip. On a slow link that is the fewest bytes; on
+    a fast link at a rate no encoding keeps (a 1 kHz lockstep loop at 10 Gb/s) it is raw, whose 1.8 MB
+    cross in 1.5 ms where two JPEG encodes and decodes take 4-5 ms of CPU. (Taking the least link time
+    there sent JPEG and lost to a peer sending raw.)"""
     share_ms = rule.max_link_share * rule.period_ms
     scored = [(options, *predict(options, costs, link)) for options in candidates(costs)]
     fits = [row for row in scored if row[2] <= share_ms]
@@ -212,17 +221,17 @@ def choose(costs: Costs, link: LinkEstimate, rule: ChoiceRule) -> Choice:
     if fitting:
         fastest = min(row[1] for row in fitting)
         good = [row for row in fitting if row[1] <= fastest * (1 + rule.slack) + rule.slack_ms]
-        options, predicted, link_ms = min(good, key=lambda row: (fidelity_steps(row[0], costs), row[1]))
+        options, predicted, busy_ms = min(good, key=lambda row: (fidelity_steps(row[0], costs), row[1]))
     else:
-        options, predicted, link_ms = min(scored, key=lambda row: row[2])
+        options, predicted, busy_ms = min(scored, key=lambda row: (row[1], fidelity_steps(row[0], costs)))
     raw = predict(dict.fromkeys(costs, CodecOption("raw")), costs, link)[0]
     reason = (
         f"link ~{link.mbit_s:,.0f} Mb/s, rtt {link.base_ms:.1f} ms: predicted round trip {predicted:.1f} ms "
-        f"(all raw: {raw:.1f} ms), link busy {link_ms:.1f} of {rule.period_ms:.0f} ms"
+        f"(all raw: {raw:.1f} ms), link or coding busy {busy_ms:.1f} of {rule.period_ms:.0f} ms"
     )
     if not fitting:
-        reason += "; too slow for the control rate even at the lowest quality"
-    return Choice(options, predicted, link_ms, bool(fitting), reason)
+        reason += "; too slow for the control rate whatever is sent: the fastest round trip taken"
+    return Choice(options, predicted, busy_ms, bool(fitting), reason)
 
 
 class CodecSelector:
@@ -323,14 +332,17 @@ class CodecSelector:
 
     def _should_leave(self, best: Choice, costs: Costs, link: LinkEstimate, now: float) -> bool:
         """Hysteresis: a better-fidelity choice is taken after the dwell time; a lower-fidelity one only
-        once the current one no longer fits, or is slower than the best by a clear margin."""
-        predicted, link_ms = predict(self.choice.options, costs, link)
-        if link_ms > self.rule.max_link_share * self.rule.period_ms:
-            return True
+        once the current one no longer fits, or is slower than the best by a clear margin. Where
+        nothing fits, only a clear margin moves it, either way: near-equal round trips must not flap."""
+        predicted, busy_ms = predict(self.choice.options, costs, link)
+        if best.fits and busy_ms > self.rule.max_link_share * self.rule.period_ms:
+            return True  # the running choice no longer fits, and one that does exists
+        if not best.fits:  # nothing fits: move only to a clearly faster round trip, up or down
+            return predicted > best.predicted_ms * (1 + SWITCH_GAIN) + SWITCH_MIN_MS
         if fidelity_steps(best.options, costs) < fidelity_steps(self.choice.options, costs):
             # Up only after the dwell time, and only to a choice with headroom (not one that fits by a
             # hair and would go back down at the next reading of the same link).
-            headroom = best.link_ms <= UP_HEADROOM * self.rule.max_link_share * self.rule.period_ms
+            headroom = best.busy_ms <= UP_HEADROOM * self.rule.max_link_share * self.rule.period_ms
             return headroom and now - self._switched_at >= DWELL_S
         limit = best.predicted_ms * (1 + self.rule.slack) + self.rule.slack_ms
         return predicted > limit * (1 + SWITCH_GAIN) + SWITCH_MIN_MS

@@ -63,6 +63,36 @@ def test_a_link_too_slow_for_the_rate_takes_the_least_bytes_and_says_so():
     assert not choice.fits and "too slow for the control rate" in choice.reason
 
 
+def test_a_rate_no_encoding_keeps_takes_the_fastest_round_trip():
+    """A 1 kHz lockstep loop fits no link: at 10 Gb/s raw's 1.8 MB cross faster than two JPEG encodes
+    and decodes take, so raw; at 1 Gb/s raw takes 15 ms, so the cheapest JPEG."""
+    lockstep = ChoiceRule(period_ms=1.0)
+    ten_gbit = LinkEstimate(0.3, 1_250_000)
+    fast = choose(TWO_VGA, ten_gbit, lockstep)
+    assert not fast.fits and set(fast.options.values()) == {RAW}, fast.reason
+    assert "fastest round trip" in fast.reason
+    slow = choose(TWO_VGA, LINKS["1gbit"], lockstep)
+    assert set(slow.options.values()) == {Q50}
+
+
+def test_where_nothing_fits_only_a_clearly_faster_round_trip_moves_the_choice():
+    lockstep = ChoiceRule(period_ms=1.0)
+    selector = CodecSelector("auto", ["front", "wrist"], 90, 50, lockstep)
+    for camera, costs in TWO_VGA.items():
+        selector.set_costs(camera, costs)
+    assert fed(selector, LinkEstimate(0.3, 1_250_000), now=0.0) and selector.option("front") == RAW
+    # A slower reading where Q50 is predicted a little faster than raw: raw stays.
+    near = LinkEstimate(0.3, 1_000_000)
+    assert set(choose(TWO_VGA, near, lockstep).options.values()) == {Q50}
+    assert not fed(selector, near, now=100.0) and selector.option("front") == RAW
+    # A gigabit reading, where raw takes 15 ms: JPEG at once.
+    assert fed(selector, LINKS["1gbit"], now=100.5) and selector.option("front") == Q50
+    # Back at 10 Gb/s raw is predicted a little faster than Q50: Q50 stays (no flapping up either) ...
+    assert not fed(selector, LinkEstimate(0.3, 1_250_000), now=200.0) and selector.option("front") == Q50
+    # ... and on loopback, clearly faster: raw again, though raw does not fit the period either.
+    assert fed(selector, LINKS["loopback"], now=300.0) and selector.option("front") == RAW
+
+
 def with_smaller_frames(
     costs: dict[CodecOption, OptionCost], max_downscale: int
 ) -> dict[CodecOption, OptionCost]:
