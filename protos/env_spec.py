@@ -216,6 +216,21 @@ def with_max_downscale(spec: EnvSpec, factor: int) -> EnvSpec:
         raise ValueError(f"link.max_downscale: {exc}") from None
 
 
+PREVIOUS_ACTION = "previous_action"
+
+
+def with_previous_action(spec: EnvSpec) -> EnvSpec:
+    """``spec`` whose state ends with the action last applied (``previous_action``, zeros before an
+    episode's first). With control latency the previous command is still in force for part of each
+    step, and a state without it is not Markov: a policy cannot tell what its last action is still
+    doing. Sims and the robot agent append it the same way, so their specs match."""
+    if PREVIOUS_ACTION in spec.state_slices():
+        return spec
+    return dataclasses.replace(
+        spec, state_fields=(*spec.state_fields, StateField(PREVIOUS_ACTION, spec.action.dim))
+    )
+
+
 def ee_delta_action_space(rotation: bool = True) -> ActionSpace:
     """Normalised end-effector delta pose + gripper action in [-1, 1] (gripper: +1 open, -1 close)."""
     names: Sequence[str] = ("dx", "dy", "dz")

@@ -168,6 +168,7 @@ def teleop(args: argparse.Namespace) -> int:
     import threading
 
     from protos.lerobot_dataset import VideoFormat
+    from robot_agent.control_loop import spec_sent
     from robot_agent.drivers import UnknownDriverError, make_driver
     from robot_agent.recording import LocalDataset
     from robot_agent.spool import EpisodeSpool
@@ -189,7 +190,11 @@ def teleop(args: argparse.Namespace) -> int:
         )  # after the driver: a failed start leaves no terminal in raw mode
         spool = EpisodeSpool(Path(config.spool_dir).expanduser() / f"{config.robot_id}-teleop")
         dataset = LocalDataset(
-            args.record_dir, spool, driver.spec, config.robot_id, VideoFormat(args.video_codec)
+            args.record_dir,
+            spool,
+            spec_sent(driver.spec, config),
+            config.robot_id,
+            VideoFormat(args.video_codec),
         )
         stop = threading.Event()
 

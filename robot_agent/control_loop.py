@@ -25,7 +25,7 @@ import numpy as np
 
 from protos import link_codec
 from protos import robot_link_pb2 as pb
-from protos.env_spec import with_max_downscale
+from protos.env_spec import EnvSpec, with_max_downscale, with_previous_action
 from robot_agent.action_queue import ActionQueue
 from robot_agent.chunk_intake import ChunkIntake
 from robot_agent.codec_choice import ChoiceRule, CodecSelector
@@ -75,6 +75,13 @@ class _Episode:
     label: str | None = None  # the operator's "success" / "failure": this tick's step is the last
 
 
+def spec_sent(driver_spec: EnvSpec, config: AgentConfig) -> EnvSpec:
+    """The spec the trainer is told and episodes are recorded under: the driver's, with the link's
+    smaller frames allowed and, if configured, the previous action in the state."""
+    spec = with_max_downscale(driver_spec, config.link.max_downscale)
+    return with_previous_action(spec) if config.previous_action_in_state else spec
+
+
 class ControlLoop:
     """Runs the robot; safe to start before the link is up (it holds until actions arrive).
 
@@ -89,7 +96,7 @@ class ControlLoop:
         if teleop is not None:
             teleop.bind(driver)
         self.teleop = TeleopArbiter(teleop, driver.spec, on_hand_back=self._policy_resumes)
-        self.spec = with_max_downscale(driver.spec, config.link.max_downscale)  # what the trainer is told
+        self.spec = spec_sent(driver.spec, config)  # what the trainer is told
         self.period_s = 1.0 / self.spec.control_hz
         self.safety = SafetyFilter(self.spec, driver.arms, config.safety)
         driver.set_safety_limits(config.safety)
@@ -107,6 +114,9 @@ class ControlLoop:
         self.ledger = TickLedger()  # the tick being run (observations and actions are indexed by it)
         self._episode: _Episode | None = None
         self._last_executed: np.ndarray | None = None
+        self._no_action = np.zeros(
+            driver.spec.action.dim, np.float32
+        )  # "previous action" at an episode start
         link = config.link
         self.codec = CodecSelector(  # the link thread feeds it measurements (link.codec=auto)
             link.codec, self.spec.camera_names, link.jpeg_quality, link.min_jpeg_quality,
@@ -358,7 +368,7 @@ class ControlLoop:
             mono_ns=mono,
             wall_ns=wall,
             frames=frames,
-            state=np.asarray(reading.state, dtype=np.float32).tolist(),
+            state=self._state(reading.state).tolist(),
             instruction=reading.instruction or self.spec.instruction,
             mode=self.mode,
             holding=self.holding,
@@ -382,6 +392,14 @@ class ControlLoop:
             # observation; a crash in between loses one step of an episode it aborts anyway).
             self._unspooled = (episode.episode_id, msg, reading.images if by_ring else raw_pixels)
         return msg
+
+    def _state(self, measured: np.ndarray) -> np.ndarray:
+        """The driver's state, and the action last executed if the trainer is told so."""
+        state = np.asarray(measured, dtype=np.float32)
+        if not self.config.previous_action_in_state:
+            return state
+        last = self._no_action if self._last_executed is None else self._last_executed
+        return np.concatenate([state, np.asarray(last, np.float32)])
 
     def _spool_sent_frames(self, answered_by: float | None = None) -> None:
         """Write the observation whose raw frames were sent (before the next observation, or the end).

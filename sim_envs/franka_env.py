@@ -22,7 +22,7 @@ from protos import (
     pose_math,
     validate_action,
 )
-from protos.env_spec import INSTRUCTION_CHARSET
+from protos.env_spec import INSTRUCTION_CHARSET, with_previous_action
 from sim_envs import panda_model
 from sim_envs.physics import PhysicsParams, load_physics_file
 from sim_envs.randomization import DomainRandomization, ModelRandomizer
@@ -90,6 +90,10 @@ class FrankaEnvConfig:
     # With privileged_state=False: add every object's pose but nothing that names the task's target
     # (what a perception module gives a real arm); the instruction alone says which cube to lift.
     object_state: bool = False
+    # The state ends with the action last applied (protos.env_spec.with_previous_action): with control
+    # latency that action is still in force for part of each step, and a state without it is not
+    # Markov. A robot agent with ``agent.previous_action_in_state`` appends it the same way.
+    previous_action_in_state: bool = False
     initial_joint_noise: float = 0.02
     render_size: int = 256
     randomization: DomainRandomization = field(default_factory=DomainRandomization)
@@ -224,7 +228,7 @@ class FrankaEnv(gym.Env):
         cameras = tuple(
             CameraSpec(name, cfg.image_height, cfg.image_width, cfg.control_hz) for name in cfg.cameras
         )
-        return EnvSpec(
+        spec = EnvSpec(
             name=f"rlinf/Franka{''.join(p.title() for p in cfg.task.split('_'))}-v0",
             cameras=cameras,
             state_fields=PROPRIO_FIELDS + self._shown_task_fields(),
@@ -239,6 +243,7 @@ class FrankaEnv(gym.Env):
                 "reward_type": cfg.reward_type,
             },
         )
+        return with_previous_action(spec) if cfg.previous_action_in_state else spec
 
     def _build_observation_space(self) -> gym.spaces.Dict:
         images = {
@@ -274,6 +279,7 @@ class FrankaEnv(gym.Env):
 
     def step(self, action):
         action = validate_action(self.env_spec, action)
+        self._previous_action = np.asarray(action, np.float32)
         previous = self._command
         self._command = self._command_from_action(action)
         # Control latency: the previous command stays in force for the first substeps.
@@ -373,6 +379,7 @@ class FrankaEnv(gym.Env):
         else:
             self._command = ArmCommand(self.scene.arm_qpos.copy(), None, open_width)
         self._apply_command(self._command)
+        self._previous_action = np.zeros(self.env_spec.action.dim, np.float32)
 
     def _command_from_action(self, action: np.ndarray) -> ArmCommand:
         gripper = (float(action[-1]) + 1.0) / 2.0 * panda_model.FINGER_TRAVEL
@@ -437,6 +444,8 @@ class FrankaEnv(gym.Env):
             state = np.concatenate([self._proprio(), objects]).astype(np.float32)
         else:
             state = self._proprio()
+        if self.cfg.previous_action_in_state:
+            state = np.concatenate([state, self._previous_action]).astype(np.float32)
         return {"images": self._render_cameras(), "state": state, "instruction": self.task.instruction}
 
     def _proprio(self) -> np.ndarray:

@@ -41,6 +41,7 @@ def start_agent(
     driver: dict[str, Any] | None = None,
     safety: SafetyConfig | None = None,
     teleop=None,
+    previous_action_in_state: bool = False,
     **link: Any,
 ) -> AgentThread:
     link.setdefault("insecure", not link.get("tls_ca"))
@@ -50,6 +51,7 @@ def start_agent(
         robot_id=robot_id,
         spool_dir=str(spool),
         safety=safety or SafetyConfig(),
+        previous_action_in_state=previous_action_in_state,
         link=LinkConfig(server=f"127.0.0.1:{port}", **link),
     )
     driver_obj = make_driver("sim-twin", {**TWIN, **(driver or {})})
