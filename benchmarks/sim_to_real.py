@@ -26,7 +26,7 @@ Reported per arm and seed: twin success over ``--eval-episodes``, robot episodes
 until the robots' training success reached 80 % (rolling over 10), and the sysid fit.
 
     python benchmarks/sim_to_real.py [--minutes 8] [--seeds 3] [--first-seed 0] [--eval-episodes 50]
-        [--gap benchmarks/gaps/hard_dynamics.json] [--arms ...] [--update]
+        [--gap benchmarks/gaps/hard_dynamics.json] [--arms ...] [--update] [--previous-action]
 """
 
 from __future__ import annotations
@@ -42,7 +42,7 @@ import subprocess
 import sys
 import threading
 import time
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -80,6 +80,7 @@ class Twin:
 
     gap: dict
     action_scale: dict = field(default_factory=dict)
+    previous_action: bool = False  # the agents send the action last executed in the state
 
     def driver_section(self) -> dict:
         return {"task": "pick_lift", "cameras": [], "privileged_state": True, "randomization": self.gap,
@@ -104,7 +105,8 @@ class TwinFleet:
             config = work / f"{robot_id}.json"
             sections = {
                 "driver": twin.driver_section(),
-                "agent": {"spool_dir": str(work / f"spool-{robot_id}")},
+                "agent": {"spool_dir": str(work / f"spool-{robot_id}"),
+                          "previous_action_in_state": twin.previous_action},
             }  # fmt: skip
             if i < experts:
                 sections["teleop"] = {"kind": "expert", "mode": "always"}
@@ -305,18 +307,22 @@ def ppo_noise(args) -> list[str]:
 def run_arm(arm: str, seed: int, args, gap: dict, work: Path, finetune_from: Path | None) -> dict:
     tick = time.monotonic()
     sim_kwargs = f"{SIM_KWARGS}, {robot_limits()}" if args.sim_robot_limits else SIM_KWARGS
-    twin = Twin(gap, action_scale(args.action_scale_at_limits))
+    twin = Twin(gap, action_scale(args.action_scale_at_limits), args.previous_action)
     noise = ppo_noise(args)
     sim_kwargs += "".join(f", {name}: {value}" for name, value in twin.action_scale.items())
+    if args.previous_action:
+        sim_kwargs += ", previous_action_in_state: true"
     row: dict = {"arm": arm, "seed": seed}
     if arm == "sim_nominal":
         policy = train_in_sim(work, args.minutes, seed, sim_kwargs, noise)
     elif arm == "sim_dr":
         policy = train_in_sim(work, args.minutes, seed, f"{sim_kwargs}, randomization: {DR}", noise)
     elif arm == "sim_sysid":
+        # sysid replays the robot's own state: its episodes are recorded without the previous action
         dataset = collect_twin_episodes(
-            work / "sysid", args.sysid_episodes, 2, twin, seed, args.sysid_expert_twins
-        )
+            work / "sysid", args.sysid_episodes, 2, replace(twin, previous_action=False), seed,
+            args.sysid_expert_twins,
+        )  # fmt: skip
         physics, fit = fit_physics(work, dataset, twin.action_scale)
         row["sysid"] = {"params": json.loads(physics.read_text())["params"], "error_before": fit["error_before"],
                         "error_after": fit["error_after"], "robot_episodes": args.sysid_episodes}  # fmt: skip
@@ -425,6 +431,12 @@ def main() -> int:
         "0.05 / 0.03, so it moves the arm as far as at the default scale",
     )
     parser.add_argument(
+        "--previous-action",
+        action="store_true",
+        help="the sims and the twin agents end the state with the action last applied "
+        "(previous_action_in_state): with control latency, the state is not Markov without it",
+    )
+    parser.add_argument(
         "--sysid-expert-twins",
         type=int,
         default=1,
@@ -527,7 +539,12 @@ def reevaluate(args) -> int:
             continue
         work = Path(result["settings"]["work"]) / f"{row['arm']}-{row['seed']}" / "reeval"
         shutil.rmtree(work, ignore_errors=True)
-        twin = Twin(gap, action_scale(result["settings"].get("action_scale_at_limits", False)))
+        settings = result["settings"]
+        twin = Twin(
+            gap,
+            action_scale(settings.get("action_scale_at_limits", False)),
+            settings.get("previous_action", False),
+        )
         figures = evaluate_on_twins(
             Path(row["policy"]), args.eval_episodes, args.eval_twins, twin, work, safety
         )

@@ -9,7 +9,8 @@ reports each one's success in its own sim: the run's final evaluation (10 greedy
 exploring policy's over its last 5 training iterations.
 
 A variant whose run already finished under ``--work`` is read, not trained again (a run that died
-is trained again from the start).
+is trained again from the start); ``--out``'s other variants of the same seed are kept. The
+``*_prev_action`` variants add the action last applied to the state (``previous_action_in_state``).
 
     python benchmarks/sysid_fit_factors.py [--minutes 5] [--seed 0] [--variants offset_only ...]
 """
@@ -30,11 +31,17 @@ import sim_to_real
 
 GAP = Path(__file__).resolve().parent / "gaps" / "perception_offset.json"
 OFFSET = "object_position_bias_m: [0.0, 0.028, 0.0]"
-VARIANTS = {
-    "offset_only": f"{{{OFFSET}}}",
-    "offset_gain": f"{{actuator_gain_scale: [0.79, 0.79], {OFFSET}}}",
-    "offset_latency": f"{{control_latency_ms: [45.0, 45.0], {OFFSET}}}",
-    "full_fit": f"{{actuator_gain_scale: [0.79, 0.79], control_latency_ms: [45.0, 45.0], {OFFSET}}}",
+LATENCY = f"{{control_latency_ms: [45.0, 45.0], {OFFSET}}}"
+FULL_FIT = f"{{actuator_gain_scale: [0.79, 0.79], control_latency_ms: [45.0, 45.0], {OFFSET}}}"
+PREVIOUS_ACTION = ", previous_action_in_state: true"
+VARIANTS = {  # name: (the sim's randomization, more sim kwargs)
+    "offset_only": (f"{{{OFFSET}}}", ""),
+    "offset_gain": (f"{{actuator_gain_scale: [0.79, 0.79], {OFFSET}}}", ""),
+    "offset_latency": (LATENCY, ""),
+    "full_fit": (FULL_FIT, ""),
+    # The same, with the action last applied in the state: what the latency keeps in force is seen.
+    "offset_latency_prev_action": (LATENCY, PREVIOUS_ACTION),
+    "full_fit_prev_action": (FULL_FIT, PREVIOUS_ACTION),
 }
 
 
@@ -61,22 +68,29 @@ def main() -> None:
         "--out", type=Path, default=Path(__file__).parent / "results" / "sysid_fit_factors.json"
     )
     args = parser.parse_args()
+    if args.out.is_file():  # variants measured before (same seed) stay in the file
+        previous = json.loads(args.out.read_text())
+        kept = previous["variants"] if previous.get("seed") == args.seed else {}
+    else:
+        kept = {}
     twin = sim_to_real.Twin(sim_to_real.load_gap(GAP), sim_to_real.action_scale(True))
     kwargs = f"{sim_to_real.SIM_KWARGS}, {sim_to_real.robot_limits()}"
     kwargs += "".join(f", {name}: {value}" for name, value in twin.action_scale.items())
     noise = sim_to_real.ppo_noise(types.SimpleNamespace(scale_noise_with_action=True))
-    results = {}
+    results = dict(kept)
     for name in args.variants:
-        work = args.work / name
+        work = args.work / f"seed{args.seed}" / name
         if final_eval(work) is None:
             shutil.rmtree(work, ignore_errors=True)
+            randomization, more = VARIANTS[name]
             sim_to_real.train_in_sim(
-                work, args.minutes, args.seed, f"{kwargs}, randomization: {VARIANTS[name]}", noise
+                work, args.minutes, args.seed, f"{kwargs}, randomization: {randomization}{more}", noise
             )
         row = final_eval(work)
         if row is None:
             raise SystemExit(f"{name}: the run under {work} wrote no final evaluation")
-        results[name] = {"randomization": VARIANTS[name], "own_sim_success": row["success_rate"],
+        results[name] = {"randomization": VARIANTS[name][0], "sim_kwargs": VARIANTS[name][1].lstrip(", "),
+                         "own_sim_success": row["success_rate"],
                          "eval_episodes": row["episodes"], "env_steps": row["env_steps"],
                          "training_success_last_5_iterations": training_success(work)}  # fmt: skip
         print(
