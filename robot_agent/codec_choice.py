@@ -13,11 +13,11 @@ Three measurements feed the choice:
 
 An assignment (an option per camera) is predicted to take ``base + coding time + bytes / rate``.
 Among the assignments whose link time and coding time each stay under ``max_link_share`` of the
-period (the control rate keeps its headroom), the one with the best fidelity (raw, then the top JPEG quality, ...) is taken if
-it is within a slack of the fastest; where none fits (the rate is lost whatever is sent), the one with
-the shortest round trip. A running choice moves up in fidelity after a dwell time and
-with headroom, and down only when it no longer fits, or is slower than the best by a clear margin (no
-flapping).
+period (the control rate keeps its headroom), the one with the best fidelity (raw, then the top JPEG
+quality, ...) is taken if it is within a slack of the fastest; where none fits (the rate is lost
+whatever is sent), the one with the shortest round trip. A running choice moves up in fidelity after
+a dwell time and with headroom, and down only when it no longer fits, or is slower than the best by a
+clear margin (no flapping).
 """
 
 from __future__ import annotations

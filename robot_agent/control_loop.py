@@ -114,9 +114,6 @@ class ControlLoop:
         self.ledger = TickLedger()  # the tick being run (observations and actions are indexed by it)
         self._episode: _Episode | None = None
         self._last_executed: np.ndarray | None = None
-        self._no_action = np.zeros(
-            driver.spec.action.dim, np.float32
-        )  # "previous action" at an episode start
         link = config.link
         self.codec = CodecSelector(  # the link thread feeds it measurements (link.codec=auto)
             link.codec, self.spec.camera_names, link.jpeg_quality, link.min_jpeg_quality,
@@ -398,8 +395,9 @@ class ControlLoop:
         state = np.asarray(measured, dtype=np.float32)
         if not self.config.previous_action_in_state:
             return state
-        last = self._no_action if self._last_executed is None else self._last_executed
-        return np.concatenate([state, np.asarray(last, np.float32)])
+        if self._last_executed is None:  # an episode's first tick: no action yet
+            return np.concatenate([state, np.zeros(self.driver.spec.action.dim, np.float32)])
+        return np.concatenate([state, np.asarray(self._last_executed, np.float32)])
 
     def _spool_sent_frames(self, answered_by: float | None = None) -> None:
         """Write the observation whose raw frames were sent (before the next observation, or the end).
