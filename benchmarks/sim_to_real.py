@@ -27,6 +27,7 @@ until the robots' training success reached 80 % (rolling over 10), and the sysid
 
     python benchmarks/sim_to_real.py [--minutes 8] [--seeds 3] [--first-seed 0] [--eval-episodes 50]
         [--gap benchmarks/gaps/hard_dynamics.json] [--arms ...] [--update] [--previous-action]
+        [--physics-curriculum N]
 """
 
 from __future__ import annotations
@@ -327,7 +328,11 @@ def run_arm(arm: str, seed: int, args, gap: dict, work: Path, finetune_from: Pat
         row["sysid"] = {"params": json.loads(physics.read_text())["params"], "error_before": fit["error_before"],
                         "error_after": fit["error_after"], "robot_episodes": args.sysid_episodes}  # fmt: skip
         row["robot_episodes"] = args.sysid_episodes
-        policy = train_in_sim(work, args.minutes, seed, f"{sim_kwargs}, physics_file: {physics}", noise)
+        fitted, extra = f"{sim_kwargs}, physics_file: {physics}", list(noise)
+        if args.physics_curriculum:  # nominal -> fitted physics, a step per success; evaluated at the fit
+            fitted += f", physics_curriculum_successes: {args.physics_curriculum}"
+            extra.append("env.eval_kwargs={physics_curriculum_successes: 0}")
+        policy = train_in_sim(work, args.minutes, seed, fitted, extra)
     elif arm in ("cotrain_scratch", "cotrain_finetune"):
         overrides = ["env.num_envs=16", f"env.kwargs={{{sim_kwargs}}}", *noise]
         if arm == "cotrain_finetune":
@@ -435,6 +440,14 @@ def main() -> int:
         action="store_true",
         help="the sims and the twin agents end the state with the action last applied "
         "(previous_action_in_state): with control latency, the state is not Markov without it",
+    )
+    parser.add_argument(
+        "--physics-curriculum",
+        type=int,
+        default=0,
+        metavar="N",
+        help="the sysid arm's sim envs start at nominal physics and reach the fitted physics after N "
+        "successful episodes each (physics_curriculum_successes; 0: the fitted physics throughout)",
     )
     parser.add_argument(
         "--sysid-expert-twins",

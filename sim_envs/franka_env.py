@@ -24,7 +24,7 @@ from protos import (
 )
 from protos.env_spec import INSTRUCTION_CHARSET, with_previous_action
 from sim_envs import panda_model
-from sim_envs.physics import PhysicsParams, load_physics_file
+from sim_envs.physics import PhysicsParams, load_physics_file, physics_between
 from sim_envs.randomization import DomainRandomization, ModelRandomizer
 from sim_envs.rendering import make_renderer
 from sim_envs.scene import SceneConfig, build_scene_xml, load_camera_mounts
@@ -100,6 +100,10 @@ class FrankaEnvConfig:
     camera_file: str = ""  # calibrated camera poses and fields of view (rlinf-calibrate apply-to-sim)
     # Identified dynamics (rlinf-calibrate sysid); ``randomization`` then varies around them.
     physics_file: str = ""
+    # A success-gated curriculum toward those dynamics: each env starts in the nominal sim and moves
+    # 1/N of the way to physics_file's values after each episode it succeeds in (0: off, the
+    # identified dynamics from the start). Evaluation envs turn it off (``env.eval_kwargs``).
+    physics_curriculum_successes: int = 0
     # Pace each step to the control period, as a real arm does: rehearses robot timing (e.g. how
     # much learning fits between steps). Each env keeps its own deadline, so envs stepped one after
     # another in a vector still take one period per vector step, like arms running side by side.
@@ -128,6 +132,10 @@ class FrankaEnvConfig:
             raise ValueError(
                 "object_state=true needs privileged_state=false (the privileged state already holds "
                 "the objects, and the task's target)"
+            )
+        if self.physics_curriculum_successes < 0:
+            raise ValueError(
+                f"physics_curriculum_successes must be >= 0 (0: off), got {self.physics_curriculum_successes}"
             )
         latency_s = self.randomization.control_latency_ms[1] / 1000.0
         if latency_s >= 1.0 / self.control_hz:
@@ -192,9 +200,12 @@ class FrankaEnv(gym.Env):
         self.model = mujoco.MjModel.from_xml_string(build_scene_xml(scene_cfg))
         self.data = mujoco.MjData(self.model)
         self.scene = FrankaSceneView(self.model, self.data, scene_cfg.cube_half_size)
-        self.physics = load_physics_file(self.cfg.physics_file) if self.cfg.physics_file else PhysicsParams()
         self.randomizer = ModelRandomizer(self.model, self.cfg.randomization)
-        self.set_physics(self.physics)
+        self.curriculum_successes = 0  # episodes succeeded in, which move the curriculum on
+        self._episode_succeeded = False
+        self.set_physics(
+            load_physics_file(self.cfg.physics_file) if self.cfg.physics_file else PhysicsParams()
+        )
         self.env_spec = self._build_spec()
         self.max_episode_steps = self.env_spec.max_episode_steps
         self.action_space = gym.spaces.Box(
@@ -261,6 +272,11 @@ class FrankaEnv(gym.Env):
     def reset(self, *, seed: int | None = None, options: dict | None = None):
         super().reset(seed=seed)
         rng = self.np_random
+        if self._episode_succeeded:
+            self.curriculum_successes += 1
+            self._episode_succeeded = False
+        if self.cfg.physics_curriculum_successes:
+            self._use_physics(self.curriculum_physics())
         mujoco.mj_resetData(self.model, self.data)
         drawn = self.randomizer.apply(rng)
         self._latency_substeps = round(drawn.control_latency_ms / 1000.0 / self.cfg.physics_dt)
@@ -296,6 +312,7 @@ class FrankaEnv(gym.Env):
             # MuJoCo hit a numerical blow-up and reset its state: end the episode, flag it.
             return self._observation(), 0.0, False, True, {"success": False, "physics_unstable": True}
         result = self.task.evaluate(self.scene)
+        self._episode_succeeded |= bool(result.success)
         reward = result.dense_reward if self.cfg.reward_type == "dense" else float(result.success)
         terminated = bool(result.success and self.cfg.terminate_on_success)
         truncated = self._steps >= self.max_episode_steps
@@ -324,16 +341,28 @@ class FrankaEnv(gym.Env):
 
     # -- physics -------------------------------------------------------------------------------
     def set_physics(self, physics: PhysicsParams) -> None:
-        """Use these dynamics from the next reset on (the config's randomisation varies around them)."""
-        randomization = physics.around(self.cfg.randomization)
-        latency_ms = randomization.control_latency_ms[1]
+        """Use these dynamics from the next reset on (the config's randomisation varies around them;
+        under ``physics_curriculum_successes`` they are where the curriculum ends)."""
+        latency_ms = physics.around(self.cfg.randomization).control_latency_ms[1]
         if latency_ms >= 1000.0 / self.cfg.control_hz:
             raise ValueError(
                 f"control latency up to {latency_ms:g} ms (physics file plus randomisation) must be "
                 f"shorter than one control period ({1000 / self.cfg.control_hz:g} ms)"
             )
+        self.target_physics = physics
+        self._use_physics(self.curriculum_physics())
+
+    def curriculum_physics(self) -> PhysicsParams:
+        """The dynamics this env's next episode runs: the target, or with the curriculum on, the
+        part of the way from the nominal sim that this env's successes have earned."""
+        needed = self.cfg.physics_curriculum_successes
+        if not needed:
+            return self.target_physics
+        return physics_between(PhysicsParams(), self.target_physics, self.curriculum_successes / needed)
+
+    def _use_physics(self, physics: PhysicsParams) -> None:
         self.physics = physics
-        self.randomizer.cfg = randomization
+        self.randomizer.cfg = physics.around(self.cfg.randomization)
 
     def restore_state(self, state: Mapping[str, np.ndarray]) -> None:
         """Put the arm (and the cube, where ``cube_pos``/``cube_quat`` are given) where a recorded

@@ -95,6 +95,18 @@ class PhysicsParams:
         )
 
 
+def physics_between(start: PhysicsParams, end: PhysicsParams, fraction: float) -> PhysicsParams:
+    """Each parameter ``fraction`` of the way from ``start`` to ``end`` (0: start, 1: end)."""
+    if fraction <= 0.0 or fraction >= 1.0:
+        return start if fraction <= 0.0 else end
+    return PhysicsParams(
+        **{
+            f.name: getattr(start, f.name) + fraction * (getattr(end, f.name) - getattr(start, f.name))
+            for f in fields(PhysicsParams)
+        }
+    )
+
+
 def load_physics_file(path: str | Path) -> PhysicsParams:
     """The parameters in a physics file, or a :class:`PhysicsFileError` naming what is wrong."""
     path = Path(path)

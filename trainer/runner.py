@@ -80,6 +80,18 @@ def _make_env(config: TrainConfig):
     )
 
 
+def check_eval_kwargs(config: TrainConfig) -> None:
+    """Build one evaluation env now where ``env.eval_kwargs`` is set, so that a bad key fails before
+    the training budget is spent rather than at the first evaluation (this process's envs only)."""
+    env = config.env
+    if not env.eval_kwargs or env.python or env.id in VECTOR_SUITE_IDS or env.id == WORLD_MODEL_ENV_ID:
+        return
+    try:
+        sim_envs.make(env.id, **{**env.kwargs, **env.eval_kwargs}).close()
+    except (TypeError, ValueError) as exc:
+        raise ConfigError(f"env.eval_kwargs: {exc}") from None
+
+
 class Runner:
     """Owns one training run from start (or resume) to ``run.total_env_steps``.
 
@@ -109,6 +121,7 @@ class Runner:
 
     def _build(self):
         cfg = self.config
+        check_eval_kwargs(cfg)
         if cfg.cluster.placement != "sequential":
             # Envs, inference and updates live in Ray workers; one object plays venv and algorithm.
             from trainer.distributed.session import build_distributed
@@ -218,12 +231,14 @@ class Runner:
         (IsaacLab) or another interpreter's workers (``env.python``), through the vector env and
         without a video."""
         cfg = self.config
+        kwargs = {**cfg.env.kwargs, **cfg.env.eval_kwargs}
         batched = cfg.env.id == WORLD_MODEL_ENV_ID or cfg.env.id in VECTOR_SUITE_IDS or cfg.env.python
         if not batched:
-            return evaluate_policy(policy, cfg.env.id, dict(cfg.env.kwargs), episodes, seed, video_path=video)
+            return evaluate_policy(policy, cfg.env.id, kwargs, episodes, seed, video_path=video)
         from trainer.algorithms.common import play_greedy
 
-        venv = make_sim_envs(replace(cfg, env=replace(cfg.env, num_envs=episodes, world_model_envs=0)))
+        eval_env = replace(cfg.env, num_envs=episodes, world_model_envs=0, kwargs=kwargs)
+        venv = make_sim_envs(replace(cfg, env=eval_env))
         try:
             finished = play_greedy(venv, policy, seed)[1]
         finally:

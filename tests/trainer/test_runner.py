@@ -86,6 +86,26 @@ def test_starting_over_an_existing_run_is_refused(tmp_path):
         Runner(load_config(None, [*SMALL, f"run.output_dir={tmp_path}"]))
 
 
+def test_evaluations_run_with_eval_kwargs_over_the_training_kwargs(tmp_path):
+    # Sparse reward only where evaluating: the greedy returns count success steps (whole numbers),
+    # while training's dense returns are fractions.
+    config = load_config(None, [*SMALL, f"run.output_dir={tmp_path}", "run.total_env_steps=400",
+                                "run.video=false", "env.eval_kwargs={reward_type: sparse}"])  # fmt: skip
+    Runner(config).run()
+    rows = read_metrics(tmp_path)
+    final = json.loads((tmp_path / "final_eval.json").read_text())
+    assert rows[1]["eval/return_mean"] == int(rows[1]["eval/return_mean"])
+    assert final["return_mean"] * final["episodes"] == int(final["return_mean"] * final["episodes"])
+    assert all(r["return_mean"] != int(r["return_mean"]) for r in rows)
+
+
+def test_a_bad_eval_kwargs_key_fails_before_training(tmp_path):
+    config = load_config(None, [*SMALL, f"run.output_dir={tmp_path}", "env.eval_kwargs={reward: sparse}"])
+    with pytest.raises(ConfigError, match=r"env\.eval_kwargs: unknown env config key 'reward'"):
+        Runner(config).run()
+    assert not tmp_path.exists() or not any(tmp_path.iterdir())
+
+
 def test_resume_with_another_policy_shape_says_so(tmp_path):
     Runner(load_config(None, [*SMALL, f"run.output_dir={tmp_path}", "run.total_env_steps=200"])).run()
     changed = load_config(

@@ -40,6 +40,9 @@ class EnvConfig:
     python: str = ""
     # The env's own config keys; every preset sets them (a Franka task's differ from another env's).
     kwargs: dict[str, Any] = field(default_factory=dict)
+    # Keys that replace ``kwargs``' in the greedy evaluations (periodic and final), e.g.
+    # {physics_curriculum_successes: 0}: a training-only curriculum does not ease the test.
+    eval_kwargs: dict[str, Any] = field(default_factory=dict)
     # Imagined envs beside the simulated ones (trainer/env_mix.py): this many rlinf/WorldModel-v0
     # envs, built from ``world_model`` (their kwargs, e.g. {checkpoint: PATH}); their transitions
     # count ``world_model_weight`` times a simulated one's. Evaluation stays in the sim.
