@@ -24,12 +24,7 @@ from protos import (
 )
 from protos.env_spec import INSTRUCTION_CHARSET, with_previous_action
 from sim_envs import panda_model
-from sim_envs.physics import (
-    PhysicsParams,
-    load_physics_file,
-    physics_between,
-    with_nominal_dynamics,
-)
+from sim_envs.physics import PhysicsParams, load_physics_file, physics_between
 from sim_envs.randomization import DomainRandomization, ModelRandomizer
 from sim_envs.rendering import make_renderer
 from sim_envs.scene import SceneConfig, build_scene_xml, load_camera_mounts
@@ -105,11 +100,9 @@ class FrankaEnvConfig:
     camera_file: str = ""  # calibrated camera poses and fields of view (rlinf-calibrate apply-to-sim)
     # Identified dynamics (rlinf-calibrate sysid); ``randomization`` then varies around them.
     physics_file: str = ""
-    # A success-gated curriculum toward those dynamics: each env starts with the nominal sim's
-    # dynamics and moves 1/N of the way to physics_file's after each episode it succeeds in (0: off,
-    # the identified dynamics from the start). The perception offset holds from the first episode:
-    # it does not slow learning, and a policy half-way to it would miss. Evaluations turn the
-    # curriculum off (``env.eval_kwargs``).
+    # A success-gated curriculum toward those dynamics: each env starts in the nominal sim and moves
+    # 1/N of the way to physics_file's values after each episode it succeeds in (0: off, the
+    # identified dynamics from the start). Evaluation envs turn it off (``env.eval_kwargs``).
     physics_curriculum_successes: int = 0
     # Pace each step to the control period, as a real arm does: rehearses robot timing (e.g. how
     # much learning fits between steps). Each env keeps its own deadline, so envs stepped one after
@@ -360,13 +353,12 @@ class FrankaEnv(gym.Env):
         self._use_physics(self.curriculum_physics())
 
     def curriculum_physics(self) -> PhysicsParams:
-        """The physics this env's next episode runs: the target, or with the curriculum on, the part
-        of the way from the nominal dynamics that this env's successes have earned."""
+        """The dynamics this env's next episode runs: the target, or with the curriculum on, the
+        part of the way from the nominal sim that this env's successes have earned."""
         needed = self.cfg.physics_curriculum_successes
         if not needed:
             return self.target_physics
-        start = with_nominal_dynamics(self.target_physics)
-        return physics_between(start, self.target_physics, self.curriculum_successes / needed)
+        return physics_between(PhysicsParams(), self.target_physics, self.curriculum_successes / needed)
 
     def _use_physics(self, physics: PhysicsParams) -> None:
         self.physics = physics

@@ -41,8 +41,6 @@ SEARCH_RANGES = {
 }
 # Offsets, which may be negative; the rest are scales (> 0) or a latency (>= 0).
 SIGNED_PARAMETERS = ("object_position_bias_x_m", "object_position_bias_y_m")
-# How the world moves, as against how perception reports it (the offsets above).
-DYNAMICS_PARAMETERS = ("friction_scale", "object_mass_scale", "actuator_gain_scale", "control_latency_ms")
 
 
 class PhysicsFileError(ValueError):
@@ -107,11 +105,6 @@ def physics_between(start: PhysicsParams, end: PhysicsParams, fraction: float) -
             for f in fields(PhysicsParams)
         }
     )
-
-
-def with_nominal_dynamics(physics: PhysicsParams) -> PhysicsParams:
-    """``physics`` with the nominal sim's dynamics and its own perception offset."""
-    return replace(physics, **{name: getattr(PhysicsParams(), name) for name in DYNAMICS_PARAMETERS})
 
 
 def load_physics_file(path: str | Path) -> PhysicsParams:

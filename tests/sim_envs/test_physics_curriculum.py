@@ -1,5 +1,5 @@
-"""The success-gated physics curriculum: each env earns its way from the nominal dynamics to the
-identified ones a successful episode at a time, with the identified perception offset throughout."""
+"""The success-gated physics curriculum: each env earns its way from the nominal sim to the
+identified physics one successful episode at a time."""
 
 import json
 
@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 from sim_envs.franka_env import FrankaEnv
-from sim_envs.physics import PhysicsParams, physics_between, with_nominal_dynamics
+from sim_envs.physics import PhysicsParams, physics_between
 from sim_envs.scripted import play_expert
 
 IDENTIFIED = {"actuator_gain_scale": 0.6, "control_latency_ms": 40.0, "object_position_bias_x_m": 0.02}
@@ -35,20 +35,19 @@ def test_each_success_moves_the_env_a_step_toward_the_identified_physics(physics
     env = FrankaEnv(task="pick_lift", cameras=(), privileged_state=True, physics_file=physics_file,
                     physics_curriculum_successes=2)  # fmt: skip
     nominal_gain = env.model.actuator_gainprm[:, 0].copy()
-    obs, _ = env.reset(seed=0)  # the nominal dynamics, but perception as identified from the start
-    assert env.physics == with_nominal_dynamics(PhysicsParams(**IDENTIFIED)) and env._latency_substeps == 0
-    assert env.physics.actuator_gain_scale == 1.0
-    np.testing.assert_allclose(observed_offset(env, obs), [0.02, 0.0, 0.0], atol=1e-6)
+    obs, _ = env.reset(seed=0)
+    assert env.physics == PhysicsParams() and env._latency_substeps == 0
+    np.testing.assert_allclose(observed_offset(env, obs), 0.0, atol=1e-6)
 
     play_failure(env, seed=1)  # a failed episode earns nothing
     obs, _ = env.reset(seed=2)
-    assert env.curriculum_successes == 0 and env.physics.actuator_gain_scale == 1.0
+    assert env.curriculum_successes == 0 and env.physics == PhysicsParams()
 
     assert play_expert(env, seed=3).success
     obs, _ = env.reset(seed=4)  # halfway
     assert env.physics.actuator_gain_scale == pytest.approx(0.8)
     assert env._latency_substeps == 4  # 20 ms at the 5 ms physics step
-    np.testing.assert_allclose(observed_offset(env, obs), [0.02, 0.0, 0.0], atol=1e-6)
+    np.testing.assert_allclose(observed_offset(env, obs), [0.01, 0.0, 0.0], atol=1e-6)
     np.testing.assert_allclose(env.model.actuator_gainprm[:7, 0], nominal_gain[:7] * 0.8)
 
     assert play_expert(env, seed=5).success
