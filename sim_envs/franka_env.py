@@ -102,7 +102,9 @@ class FrankaEnvConfig:
     physics_file: str = ""
     # A success-gated curriculum toward those dynamics: each env starts in the nominal sim and moves
     # 1/N of the way to physics_file's values after each episode it succeeds in (0: off, the
-    # identified dynamics from the start). Evaluation envs turn it off (``env.eval_kwargs``).
+    # identified dynamics from the start). The perception offset ramps too: on its own it slowed
+    # PPO's first successes (benchmarks/sysid_fit_factors.py). Evaluations turn it off
+    # (``env.eval_kwargs``).
     physics_curriculum_successes: int = 0
     # Pace each step to the control period, as a real arm does: rehearses robot timing (e.g. how
     # much learning fits between steps). Each env keeps its own deadline, so envs stepped one after
