@@ -97,8 +97,10 @@ class PhysicsParams:
 
 def physics_between(start: PhysicsParams, end: PhysicsParams, fraction: float) -> PhysicsParams:
     """Each parameter ``fraction`` of the way from ``start`` to ``end`` (0: start, 1: end)."""
-    if fraction <= 0.0 or fraction >= 1.0:
-        return start if fraction <= 0.0 else end
+    if fraction <= 0.0:
+        return start
+    if fraction >= 1.0:
+        return end
     return PhysicsParams(
         **{
             f.name: getattr(start, f.name) + fraction * (getattr(end, f.name) - getattr(start, f.name))

@@ -31,6 +31,7 @@ from trainer.checkpoint import (
 )
 from trainer.configs import TrainConfig, save_config
 from trainer.configs.loader import ConfigError, algorithm_config
+from trainer.configs.schema import EnvConfig
 from trainer.devices import resolve_device
 from trainer.evaluation import evaluate_policy
 from trainer.run_logging import RunLogger, truncate_metrics
@@ -80,11 +81,17 @@ def _make_env(config: TrainConfig):
     )
 
 
+def evaluates_through_vector_env(env: EnvConfig) -> bool:
+    """Whether greedy evaluation goes through the vector env: a world model (imagined), a batched
+    suite (IsaacLab) or another interpreter's workers (``env.python``), rather than one env here."""
+    return env.id == WORLD_MODEL_ENV_ID or env.id in VECTOR_SUITE_IDS or bool(env.python)
+
+
 def check_eval_kwargs(config: TrainConfig) -> None:
     """Build one evaluation env now where ``env.eval_kwargs`` is set, so that a bad key fails before
     the training budget is spent rather than at the first evaluation (this process's envs only)."""
     env = config.env
-    if not env.eval_kwargs or env.python or env.id in VECTOR_SUITE_IDS or env.id == WORLD_MODEL_ENV_ID:
+    if not env.eval_kwargs or evaluates_through_vector_env(env):
         return
     try:
         sim_envs.make(env.id, **{**env.kwargs, **env.eval_kwargs}).close()
@@ -232,8 +239,7 @@ class Runner:
         without a video."""
         cfg = self.config
         kwargs = {**cfg.env.kwargs, **cfg.env.eval_kwargs}
-        batched = cfg.env.id == WORLD_MODEL_ENV_ID or cfg.env.id in VECTOR_SUITE_IDS or cfg.env.python
-        if not batched:
+        if not evaluates_through_vector_env(cfg.env):
             return evaluate_policy(policy, cfg.env.id, kwargs, episodes, seed, video_path=video)
         from trainer.algorithms.common import play_greedy
 
