@@ -51,7 +51,14 @@ RESULTS = Path(__file__).with_name("results")
 ARMS = ("sim_nominal", "sim_dr", "sim_sysid", "cotrain_scratch", "cotrain_finetune", "twin_only")
 SIM_KWARGS = "cameras: [], action_rotation: true, privileged_state: true"
 # Domain randomisation for sim_dr: generic ranges around nominal that a user would pick.
-DR = "{friction_scale: [0.5, 1.2], object_mass_scale: [0.5, 2.0], actuator_gain_scale: [0.7, 1.2], control_latency_ms: [0.0, 60.0]}"
+DR_DYNAMICS = "friction_scale: [0.5, 1.2], object_mass_scale: [0.5, 2.0], actuator_gain_scale: [0.7, 1.2], control_latency_ms: [0.0, 60.0]"
+DR = f"{{{DR_DYNAMICS}}}"
+# --policy image: the student's cameras, and sim_dr's students also see randomised cameras and light.
+IMAGE_CAMERAS = ("front", "wrist")
+IMAGE_SIZE = 64
+STUDENT_KWARGS = (f"cameras: [{', '.join(IMAGE_CAMERAS)}], image_height: {IMAGE_SIZE}, image_width: {IMAGE_SIZE}, "
+                  "action_rotation: true, privileged_state: false")  # fmt: skip
+DR_IMAGE = f"{{{DR_DYNAMICS}, camera_pos_jitter_m: 0.02, camera_rot_jitter_deg: 3.0, light_intensity_scale: [0.5, 1.3], color_jitter: 0.1}}"
 
 
 class BenchmarkError(ValueError):
@@ -82,10 +89,11 @@ class Twin:
     gap: dict
     action_scale: dict = field(default_factory=dict)
     previous_action: bool = False  # the agents send the action last executed in the state
+    cameras: tuple[str, ...] = ()  # an image policy's: then the state is proprioception only
 
     def driver_section(self) -> dict:
-        return {"task": "pick_lift", "cameras": [], "privileged_state": True, "randomization": self.gap,
-                **self.action_scale}  # fmt: skip
+        return {"task": "pick_lift", "cameras": list(self.cameras), "image_size": IMAGE_SIZE,
+                "privileged_state": not self.cameras, "randomization": self.gap, **self.action_scale}  # fmt: skip
 
 
 # -- the "real robots" -------------------------------------------------------------------------
@@ -307,14 +315,18 @@ def ppo_noise(args) -> list[str]:
 
 def run_arm(arm: str, seed: int, args, gap: dict, work: Path, finetune_from: Path | None) -> dict:
     tick = time.monotonic()
-    sim_kwargs = f"{SIM_KWARGS}, {robot_limits()}" if args.sim_robot_limits else SIM_KWARGS
+    limits = f", {robot_limits()}" if args.sim_robot_limits else ""
     twin = Twin(gap, action_scale(args.action_scale_at_limits), args.previous_action)
     noise = ppo_noise(args)
-    sim_kwargs += "".join(f", {name}: {value}" for name, value in twin.action_scale.items())
+    limits += "".join(f", {name}: {value}" for name, value in twin.action_scale.items())
     if args.previous_action:
-        sim_kwargs += ", previous_action_in_state: true"
+        limits += ", previous_action_in_state: true"
+    sim_kwargs = SIM_KWARGS + limits
     row: dict = {"arm": arm, "seed": seed}
-    if arm == "sim_nominal":
+    physics = None
+    if args.teachers_from:
+        policy, physics = reused_state_policy(args.teachers_from / f"{arm}-{seed}", row, args)
+    elif arm == "sim_nominal":
         policy = train_in_sim(work, args.minutes, seed, sim_kwargs, noise)
     elif arm == "sim_dr":
         policy = train_in_sim(work, args.minutes, seed, f"{sim_kwargs}, randomization: {DR}", noise)
@@ -355,6 +367,17 @@ def run_arm(arm: str, seed: int, args, gap: dict, work: Path, finetune_from: Pat
     else:
         raise BenchmarkError(f"unknown arm {arm!r}; arms: {list(ARMS)}")
     row["train_wall_s"] = round(time.monotonic() - tick, 1)
+    if args.policy == "image":  # the state policy teaches a camera policy in the same sim
+        row["teacher"] = str(policy)
+        student = STUDENT_KWARGS + limits
+        if arm == "sim_dr":
+            student += f", randomization: {DR_IMAGE}"
+        elif arm == "sim_sysid":
+            student += f", physics_file: {physics}"
+        tick = time.monotonic()
+        policy, row["distill"] = distill_to_image(work, policy, student, seed, args)
+        row["distill_wall_s"] = round(time.monotonic() - tick, 1)
+        twin = replace(twin, cameras=IMAGE_CAMERAS)
     if arm.startswith(("cotrain", "twin")):
         demos = work / "demos" / "robot_episodes" if arm == "twin_only" else None
         row.update(robot_learning_curve(work / "robot_episodes", demos))
@@ -368,6 +391,63 @@ def run_arm(arm: str, seed: int, args, gap: dict, work: Path, finetune_from: Pat
     print(f"{arm} seed {seed}: twin success {row['twin_eval']['success_rate']:.2f} over "
           f"{row['twin_eval']['episodes']} episodes; robot episodes {row['robot_episodes']}", flush=True)  # fmt: skip
     return row
+
+
+def reused_state_policy(earlier: Path, row: dict, args) -> tuple[Path, Path | None]:
+    """``--teachers-from``: the state policy an earlier run of this benchmark trained for this arm and
+    seed (its latest checkpoint), and for ``sim_sysid`` the physics it fitted (whose robot episodes
+    this arm then counts)."""
+    from protos.lerobot_reader import read_info
+    from trainer.checkpoint import POLICY_DIR, latest_checkpoint
+
+    checkpoint = latest_checkpoint(earlier / "run")
+    if checkpoint is None:
+        raise BenchmarkError(f"--teachers-from: no trained state policy under {earlier / 'run'}")
+    physics = earlier / "physics.json"
+    if row["arm"] == "sim_sysid":
+        if not physics.is_file():
+            raise BenchmarkError(f"--teachers-from: {earlier} has no physics.json (a sim_sysid run's fit)")
+        fitted = json.loads(physics.read_text())
+        robot_episodes = read_info(earlier / "sysid" / "robot_episodes")["total_episodes"]
+        row["sysid"] = {"params": fitted["params"], "error_before": fitted["fit"]["error_before"],
+                        "error_after": fitted["fit"]["error_after"], "robot_episodes": robot_episodes}  # fmt: skip
+        row["robot_episodes"] = robot_episodes
+    return checkpoint / POLICY_DIR, physics if physics.is_file() else None
+
+
+def distill_to_image(work: Path, teacher: Path, student_kwargs: str, seed: int, args) -> tuple[Path, dict]:
+    """Teacher-student distillation in the arm's own sim: ``--distill-episodes`` successful episodes
+    played by the state policy ``teacher`` (with DART noise ``--distill-noise``) are recorded as the
+    image policy sees them (64 px front and wrist cameras, proprioception), then a CNN policy is
+    cloned from them for ``--distill-minutes``. Image RL from scratch runs at about 5 env steps/s on
+    2 cores (``rlpd_pick_lift_image``), far too slow for any budget here."""
+    import yaml
+
+    from trainer.checkpoint import POLICY_DIR, latest_checkpoint
+    from trainer.configs.loader import load_config
+    from trainer.expert_demos import DEMO_SEED, DemoConfig, record_expert_demos
+    from trainer.runner import Runner
+
+    dataset = work / "distill"
+    config = DemoConfig("rlinf/FrankaPickLift-v0", args.distill_episodes, str(dataset), DEMO_SEED + 1000 * seed,
+                        True, yaml.safe_load(f"{{{student_kwargs}}}"), args.distill_noise, str(teacher))  # fmt: skip
+    try:
+        summary = record_expert_demos(config)
+        recorded = {"episodes": summary.written, "played": summary.played, "frames": summary.frames}
+    except RuntimeError as exc:  # a weak teacher: clone what it did get right
+        from protos.lerobot_reader import read_info
+
+        if not (dataset / "meta" / "info.json").is_file():
+            raise BenchmarkError(f"distillation: {exc}, so there is nothing to clone") from None
+        info = read_info(dataset)
+        recorded = {"episodes": info["total_episodes"], "frames": info["total_frames"], "short": str(exc)}
+    Runner(load_config("bc_reach_image", [
+        "env.id=rlinf/FrankaPickLift-v0", f"env.kwargs={{{student_kwargs}}}", "env.num_envs=2",
+        f"policy.cameras=[{', '.join(IMAGE_CAMERAS)}]", f"algo.dataset={dataset}", "algo.batch_size=64",
+        "algo.updates_per_iteration=200", "algo.image_shift=4", f"run.max_wall_minutes={args.distill_minutes}",
+        "run.total_env_steps=100000000", f"run.seed={seed}", f"run.output_dir={work / 'student'}",
+    ])).run()  # fmt: skip
+    return latest_checkpoint(work / "student") / POLICY_DIR, recorded
 
 
 def summarise(rows: list[dict]) -> dict:
@@ -457,6 +537,26 @@ def main() -> int:
         help="of the 2 twins that record the sysid episodes, how many are teleoperated (grasps, which "
         "the cube's friction and mass show in; random actions seldom touch the cube)",
     )
+    parser.add_argument(
+        "--policy",
+        choices=("state", "image"),
+        default="state",
+        help="image: each sim-only arm's state policy teaches a CNN policy on 64 px front and wrist "
+        "cameras in the arm's own sim (DART episodes, then BC), and that student is evaluated",
+    )
+    parser.add_argument(
+        "--teachers-from",
+        type=Path,
+        help="reuse the state policies (and sim_sysid's fit) an earlier run trained in this work folder, "
+        "instead of training them again",
+    )
+    parser.add_argument("--distill-episodes", type=int, default=60, help="--policy image: teacher episodes")
+    parser.add_argument(
+        "--distill-noise", type=float, default=0.2, help="--policy image: DART noise (action units)"
+    )
+    parser.add_argument(
+        "--distill-minutes", type=float, default=4.0, help="--policy image: BC wall-clock budget"
+    )
     parser.add_argument("--arms", nargs="+", default=list(ARMS))
     parser.add_argument("--gap", type=Path, help="the twin's reality gap: a JSON of randomisation keys")
     parser.add_argument("--work", type=Path, default=Path("runs/bench-sim-to-real"))
@@ -496,6 +596,7 @@ def main() -> int:
         unknown = [a for a in args.arms if a not in ARMS]
         if unknown:
             raise BenchmarkError(f"unknown arm {unknown[0]!r}; arms: {list(ARMS)}")
+        check_image_arms(args)
     except BenchmarkError as exc:
         print(f"sim_to_real: {exc}", file=sys.stderr)
         return 2
@@ -522,6 +623,23 @@ def main() -> int:
     summary = write(args, gap, rows)
     print(json.dumps(summary, indent=2))
     return 0
+
+
+def check_image_arms(args) -> None:
+    """``--policy image`` and ``--teachers-from`` take the sim-only arms, and never the folder they reuse."""
+    online = [a for a in args.arms if not a.startswith("sim_")]
+    if args.policy == "image" and online:
+        raise BenchmarkError(
+            f"--policy image runs the sim-only arms (distilled from their state policies); not {online[0]!r}: "
+            "image RL on robots runs at about 5 env steps/s on 2 cores"
+        )
+    if args.teachers_from is not None:
+        if online:
+            raise BenchmarkError(f"--teachers-from reuses sim-only arms' state policies; not {online[0]!r}")
+        if args.teachers_from.resolve() == args.work.resolve() and not args.update:
+            raise BenchmarkError(
+                "--teachers-from is --work, which this run would clear first; give another --work"
+            )
 
 
 def reevaluate(args) -> int:
@@ -557,6 +675,7 @@ def reevaluate(args) -> int:
             gap,
             action_scale(settings.get("action_scale_at_limits", False)),
             settings.get("previous_action", False),
+            IMAGE_CAMERAS if settings.get("policy") == "image" else (),
         )
         figures = evaluate_on_twins(
             Path(row["policy"]), args.eval_episodes, args.eval_twins, twin, work, safety
@@ -580,7 +699,12 @@ def reevaluate(args) -> int:
 
 def write(args, gap: dict, rows: list[dict]) -> dict:
     summary = summarise(rows)
-    task = "FrankaPickLift, state policy, sim twin agents over the gRPC link at 10 Hz"
+    policy = (
+        "state policy"
+        if args.policy == "state"
+        else f"{IMAGE_SIZE} px image policy distilled from the state policy"
+    )
+    task = f"FrankaPickLift, {policy}, sim twin agents over the gRPC link at 10 Hz"
     write_result(args, "sim_to_real", task, gap, rows, summary)
     plot(summary, args.out.with_suffix(".png"))
     return summary

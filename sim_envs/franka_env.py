@@ -491,6 +491,11 @@ class FrankaEnv(gym.Env):
         scene = self.perceived if perceived else self.scene
         return np.concatenate([self._proprio(), self.task.task_state(scene)]).astype(np.float32)
 
+    @property
+    def previous_action(self) -> np.ndarray:
+        """The action last applied (zeros before an episode's first), whether or not the state shows it."""
+        return self._previous_action.copy()
+
     def privileged_spec(self) -> EnvSpec:
         """The spec that describes :meth:`privileged_state`."""
         return replace(self.env_spec, state_fields=PROPRIO_FIELDS + self.task.state_fields())

@@ -184,17 +184,23 @@ class ExpertEpisode:
     successes: np.ndarray = field(default_factory=lambda: np.zeros(0, bool))  # [T]: the task was achieved
 
 
-def play_expert(env, seed: int, action_noise: float = 0.0) -> ExpertEpisode:
+def play_expert(env, seed: int, action_noise: float = 0.0, teacher=None) -> ExpertEpisode:
     """Run the env's scripted expert (:func:`expert_for`) for one episode from ``reset(seed)``. The expert
     reads the privileged state (e.g. the goal) even when the env does not show it to the policy, and,
     standing in for a person, the scene as it is (``privileged_state(perceived=False)``), not as the
-    env's perception reports it.
+    env's perception reports it. ``teacher`` (a callable: env -> action) acts instead of the scripted
+    expert: a trained state policy (``trainer.policy_teacher``), which reads what it was trained on.
 
     ``action_noise`` > 0 (DART, Laskey et al. 2017): the env carries out the expert's action plus
     Gaussian noise of that standard deviation (in the action's [-1, 1] units; the gripper is left
     alone), while the episode records the expert's own action as the label. The demos then show how
     to come back from the small drifts a cloned policy makes, which clean demos never visit."""
-    expert = expert_for(env)
+    if teacher is None:
+        expert = expert_for(env)
+
+        def teacher(env):
+            return expert.act({"state": env.privileged_state(perceived=False)})
+
     rng = np.random.default_rng(seed)
     low, high = np.asarray(env.env_spec.action.low), np.asarray(env.env_spec.action.high)
     obs, _ = env.reset(seed=seed)
@@ -202,7 +208,7 @@ def play_expert(env, seed: int, action_noise: float = 0.0) -> ExpertEpisode:
     images: dict[str, list[np.ndarray]] = {name: [] for name in env.env_spec.camera_names}
     instruction, success = obs["instruction"], False
     for _ in range(env.env_spec.max_episode_steps):
-        action = expert.act({"state": env.privileged_state(perceived=False)}).astype(np.float32)
+        action = np.asarray(teacher(env), np.float32)
         states.append(obs["state"])
         actions.append(action)
         for name in images:

@@ -123,7 +123,9 @@ def _demos(args: argparse.Namespace) -> int:
         )
     if args.action_noise < 0:
         raise ValueError(f"--action-noise must be >= 0, got {args.action_noise}")
-    config = DemoConfig(args.env, args.episodes, args.out, args.seed, True, kwargs, args.action_noise)
+    config = DemoConfig(
+        args.env, args.episodes, args.out, args.seed, True, kwargs, args.action_noise, args.teacher
+    )
     if args.python:
         return record_expert_demos_in(args.python, config)
     print(record_expert_demos(config).line())
@@ -188,6 +190,12 @@ def build_parser() -> argparse.ArgumentParser:
     demos.add_argument("--episodes", type=int, default=20)
     demos.add_argument("--out", default="runs/demos", help="the dataset folder (appended to if it exists)")
     demos.add_argument("--seed", type=int, default=10_000)
+    demos.add_argument(
+        "--teacher",
+        default="",
+        help="a saved state policy that acts instead of the scripted expert (distilling it into the "
+        "policy the env's cameras and state are recorded for)",
+    )
     demos.add_argument(
         "--action-noise",
         type=float,

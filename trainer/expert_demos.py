@@ -31,6 +31,9 @@ class DemoConfig:
     env_kwargs: dict[str, Any] = field(default_factory=dict)
     # DART: the env carries out the expert's action plus this much Gaussian noise; the label stays clean.
     action_noise: float = 0.0
+    # A saved state policy that acts instead of the scripted expert (teacher-student distillation:
+    # the dataset keeps what the env shows, e.g. cameras, and the teacher's actions as labels).
+    teacher: str = ""
 
 
 @dataclass(frozen=True)
@@ -55,6 +58,16 @@ def record_expert_demos(config: DemoConfig, progress: bool = True) -> DemoSummar
 
     env = sim_envs.make(config.env_id, **config.env_kwargs)
     spec = env.env_spec
+    teacher = None
+    if config.teacher:
+        from trainer.policy_teacher import PolicyTeacher
+
+        try:
+            teacher = PolicyTeacher(config.teacher, env)
+        except ValueError:
+            env.close()
+            raise
+    who = "the teacher" if teacher else "the scripted expert"
     # Lossless video: at 64 px a cube is a few pixels, and 4:2:0 chroma would blur which colour it is.
     writer = LeRobotWriter(Path(config.root), fps=spec.control_hz, video=VideoFormat.lossless())
     written = played = frames = 0
@@ -65,9 +78,9 @@ def record_expert_demos(config: DemoConfig, progress: bool = True) -> DemoSummar
             while written < config.episodes:
                 if played >= 3 * config.episodes + 10:
                     raise RuntimeError(
-                        f"the scripted expert succeeded in only {written} of {played} episodes of {config.env_id}"
+                        f"{who} succeeded in only {written} of {played} episodes of {config.env_id}"
                     )
-                episode = play_expert(env, seed=config.seed + played, action_noise=config.action_noise)
+                episode = play_expert(env, config.seed + played, config.action_noise, teacher)
                 played += 1
                 if config.only_successful and not episode.success:
                     continue
