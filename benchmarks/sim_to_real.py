@@ -58,6 +58,7 @@ IMAGE_CAMERAS = ("front", "wrist")
 IMAGE_SIZE = 64
 STUDENT_KWARGS = (f"cameras: [{', '.join(IMAGE_CAMERAS)}], image_height: {IMAGE_SIZE}, image_width: {IMAGE_SIZE}, "
                   "action_rotation: true, privileged_state: false")  # fmt: skip
+STUDENT_UPDATES_PER_ITERATION = 200  # BC steps between the student's greedy episodes in its sim
 DR_IMAGE = f"{{{DR_DYNAMICS}, camera_pos_jitter_m: 0.02, camera_rot_jitter_deg: 3.0, light_intensity_scale: [0.5, 1.3], color_jitter: 0.1}}"
 
 
@@ -444,9 +445,12 @@ def distill_to_image(work: Path, teacher: Path, student_kwargs: str, seed: int, 
     Runner(load_config("bc_reach_image", [
         "env.id=rlinf/FrankaPickLift-v0", f"env.kwargs={{{student_kwargs}}}", "env.num_envs=2",
         f"policy.cameras=[{', '.join(IMAGE_CAMERAS)}]", f"algo.dataset={dataset}", "algo.batch_size=64",
-        "algo.updates_per_iteration=200", "algo.image_shift=4", f"run.max_wall_minutes={args.distill_minutes}",
-        "run.total_env_steps=100000000", f"run.seed={seed}", f"run.output_dir={work / 'student'}",
+        f"algo.updates_per_iteration={STUDENT_UPDATES_PER_ITERATION}", "algo.image_shift=4",
+        f"run.max_wall_minutes={args.distill_minutes}", "run.total_env_steps=100000000", f"run.seed={seed}", f"run.output_dir={work / 'student'}",
     ])).run()  # fmt: skip
+    final = json.loads((work / "student" / "final_eval.json").read_text())
+    recorded["student_sim_success"] = final["success_rate"]  # greedy, in the arm's own sim
+    recorded["student_updates"] = final["iteration"] * STUDENT_UPDATES_PER_ITERATION
     return latest_checkpoint(work / "student") / POLICY_DIR, recorded
 
 
