@@ -25,9 +25,15 @@ wall-clock budget, then its final policy is evaluated greedily on twins over the
 Reported per arm and seed: twin success over ``--eval-episodes``, robot episodes used, robot episodes
 until the robots' training success reached 80 % (rolling over 10), and the sysid fit.
 
+``--policy image``: each sim-only arm's state policy then teaches a CNN policy that sees the 64 px
+front and wrist cameras and proprioception only (teacher-student distillation in the arm's own sim:
+DART episodes played by the state policy, then BC; ``sim_dr``'s student also sees randomised cameras,
+light and colours), and the twins evaluate that student through their own cameras. The state
+policies can come from an earlier run (``--teachers-from WORK``).
+
     python benchmarks/sim_to_real.py [--minutes 8] [--seeds 3] [--first-seed 0] [--eval-episodes 50]
         [--gap benchmarks/gaps/hard_dynamics.json] [--arms ...] [--update] [--previous-action]
-        [--physics-curriculum N]
+        [--physics-curriculum N] [--policy image [--teachers-from WORK] [--distill-minutes 4]]
 """
 
 from __future__ import annotations
@@ -446,7 +452,8 @@ def distill_to_image(work: Path, teacher: Path, student_kwargs: str, seed: int, 
         "env.id=rlinf/FrankaPickLift-v0", f"env.kwargs={{{student_kwargs}}}", "env.num_envs=2",
         f"policy.cameras=[{', '.join(IMAGE_CAMERAS)}]", f"algo.dataset={dataset}", "algo.batch_size=64",
         f"algo.updates_per_iteration={STUDENT_UPDATES_PER_ITERATION}", "algo.image_shift=4",
-        f"run.max_wall_minutes={args.distill_minutes}", "run.total_env_steps=100000000", f"run.seed={seed}", f"run.output_dir={work / 'student'}",
+        f"run.max_wall_minutes={args.distill_minutes}", "run.total_env_steps=100000000", f"run.seed={seed}",
+        f"run.output_dir={work / 'student'}",
     ])).run()  # fmt: skip
     final = json.loads((work / "student" / "final_eval.json").read_text())
     recorded["student_sim_success"] = final["success_rate"]  # greedy, in the arm's own sim
