@@ -1,0 +1,47 @@
+"""``benchmarks/sim_to_real.py`` refuses bad input in one line, before any training."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+SCRIPT = Path(__file__).resolve().parents[1] / "benchmarks" / "sim_to_real.py"
+
+
+def run(*args: str, cwd: Path) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [sys.executable, str(SCRIPT), *args], cwd=cwd, capture_output=True, text=True, timeout=120
+    )
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (
+            ["--policy", "image", "--arms", "sim_nominal", "twin_only"],
+            "--policy image runs the sim-only arms",
+        ),
+        (["--teachers-from", "runs/w", "--work", "runs/w", "--arms", "sim_dr"], "--teachers-from is --work"),
+        (["--teachers-from", "runs/old", "--arms", "cotrain_scratch"], "not 'cotrain_scratch'"),
+        (["--arms", "sim_nominal", "sim_real"], "unknown arm 'sim_real'"),
+    ],
+)
+def test_bad_arguments_are_one_line_before_any_training(tmp_path, args, message):
+    result = run(*args, "--out", str(tmp_path / "out.json"), cwd=tmp_path)
+    assert result.returncode == 2
+    err = result.stderr.strip()
+    assert message in err and "\n" not in err and "Traceback" not in err
+    assert not (tmp_path / "out.json").exists() and not (tmp_path / "runs").exists()
+
+
+def test_a_gap_file_with_an_unknown_key_is_one_line(tmp_path):
+    gap = tmp_path / "gap.json"
+    gap.write_text(json.dumps({"friction_scale": [0.5, 0.5], "gravity_scale": [2.0, 2.0]}))
+    result = run("--gap", str(gap), "--out", str(tmp_path / "out.json"), cwd=tmp_path)
+    assert result.returncode == 2
+    err = result.stderr.strip()
+    assert err.startswith(f"sim_to_real: --gap {gap}") and "gravity_scale" in err and "\n" not in err
