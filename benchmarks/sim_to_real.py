@@ -391,8 +391,11 @@ def run_arm(arm: str, seed: int, args, gap: dict, work: Path, finetune_from: Pat
         demos = work / "demos" / "robot_episodes" if arm == "twin_only" else None
         row.update(robot_learning_curve(work / "robot_episodes", demos))
     row.setdefault("robot_episodes", 0)
-    row["policy"] = str(policy)
-    row["twin_eval"] = evaluate_on_twins(policy, args.eval_episodes, args.eval_twins, twin, work / "eval")
+    row["policy"] = None if policy is None else str(policy)
+    if policy is None:  # a teacher that never succeeded leaves no student to evaluate
+        row["twin_eval"] = {"episodes": 0, "success_rate": 0.0, "aborted": 0}
+    else:
+        row["twin_eval"] = evaluate_on_twins(policy, args.eval_episodes, args.eval_twins, twin, work / "eval")
     if "robot_episodes_to_80" not in row:  # a sim-only arm: its robot episodes, if the twin eval reached 80 %
         row["robot_episodes_to_80"] = (
             row["robot_episodes"] if row["twin_eval"]["success_rate"] >= 0.8 else None
@@ -424,12 +427,15 @@ def reused_state_policy(earlier: Path, row: dict, args) -> tuple[Path, Path | No
     return checkpoint / POLICY_DIR, physics if physics.is_file() else None
 
 
-def distill_to_image(work: Path, teacher: Path, student_kwargs: str, seed: int, args) -> tuple[Path, dict]:
+def distill_to_image(
+    work: Path, teacher: Path, student_kwargs: str, seed: int, args
+) -> tuple[Path | None, dict]:
     """Teacher-student distillation in the arm's own sim: ``--distill-episodes`` successful episodes
     played by the state policy ``teacher`` (with DART noise ``--distill-noise``) are recorded as the
     image policy sees them (64 px front and wrist cameras, proprioception), then a CNN policy is
     cloned from them for ``--distill-minutes``. Image RL from scratch runs at about 5 env steps/s on
-    2 cores (``rlpd_pick_lift_image``), far too slow for any budget here."""
+    2 cores (``rlpd_pick_lift_image``), far too slow for any budget here. A teacher that never
+    succeeds leaves no student (None)."""
     import yaml
 
     from trainer.checkpoint import POLICY_DIR, latest_checkpoint
@@ -446,8 +452,8 @@ def distill_to_image(work: Path, teacher: Path, student_kwargs: str, seed: int, 
     except RuntimeError as exc:  # a weak teacher: clone what it did get right
         from protos.lerobot_reader import read_info
 
-        if not (dataset / "meta" / "info.json").is_file():
-            raise BenchmarkError(f"distillation: {exc}, so there is nothing to clone") from None
+        if not (dataset / "meta" / "info.json").is_file():  # no student: it scores nothing on the twin
+            return None, {"episodes": 0, "no_student": str(exc)}
         info = read_info(dataset)
         recorded = {"episodes": info["total_episodes"], "frames": info["total_frames"], "short": str(exc)}
     Runner(load_config("bc_reach_image", [
@@ -679,7 +685,7 @@ def reevaluate(args) -> int:
         diagnosis = ("twin_eval_on_gap", args.eval_gap.name)
     seeds = range(args.first_seed, args.first_seed + args.seeds)
     for row in result["runs"]:
-        if row["arm"] not in args.arms or row["seed"] not in seeds:
+        if row["arm"] not in args.arms or row["seed"] not in seeds or row["policy"] is None:
             continue
         work = Path(result["settings"]["work"]) / f"{row['arm']}-{row['seed']}" / "reeval"
         shutil.rmtree(work, ignore_errors=True)
