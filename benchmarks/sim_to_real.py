@@ -334,7 +334,7 @@ def run_arm(arm: str, seed: int, args, gap: dict, work: Path, finetune_from: Pat
     row: dict = {"arm": arm, "seed": seed}
     physics = None
     if args.teachers_from:
-        policy, physics = reused_state_policy(args.teachers_from / f"{arm}-{seed}", row, args)
+        policy, physics = reused_state_policy(args.teachers_from / f"{arm}-{seed}", row)
     elif arm == "sim_nominal":
         policy = train_in_sim(work, args.minutes, seed, sim_kwargs, noise)
     elif arm == "sim_dr":
@@ -405,7 +405,7 @@ def run_arm(arm: str, seed: int, args, gap: dict, work: Path, finetune_from: Pat
     return row
 
 
-def reused_state_policy(earlier: Path, row: dict, args) -> tuple[Path, Path | None]:
+def reused_state_policy(earlier: Path, row: dict) -> tuple[Path, Path | None]:
     """``--teachers-from``: the state policy an earlier run of this benchmark trained for this arm and
     seed (its latest checkpoint), and for ``sim_sysid`` the physics it fitted (whose robot episodes
     this arm then counts)."""
