@@ -91,9 +91,11 @@ class AgentConfig:
     # One SCHED_IDLE busy loop per core while running: cores never halt, also in a VM, where the PM
     # QoS request is not enough (~2 ms off a 30 Hz round trip there). Costs power, not time.
     spin_idle_cores: bool = False
-    # The state sent ends with the action last executed (after the safety filter; zeros before an
-    # episode's first), as a sim with ``env.kwargs.previous_action_in_state`` shows it: with control
-    # latency the last command is still in force for part of each step.
+    # The state sent ends with the action last chosen, by the policy or the human (before the safety
+    # filter; zeros before an episode's first), as a sim with ``env.kwargs.previous_action_in_state``
+    # shows it: with control latency the last command is still in force for part of each step. Not
+    # the filtered action: the sim's own limits are no exact copy of the filter, and a camera policy
+    # cloned in the sim lost 0.80 of its success on a gap-free twin when the two differed.
     previous_action_in_state: bool = False
     safety: SafetyConfig = field(default_factory=SafetyConfig)
     link: LinkConfig = field(default_factory=lambda: LinkConfig(insecure=True))

@@ -113,7 +113,9 @@ class ControlLoop:
         self._commands: collections.deque[pb.Command] = collections.deque()
         self.ledger = TickLedger()  # the tick being run (observations and actions are indexed by it)
         self._episode: _Episode | None = None
-        self._last_executed: np.ndarray | None = None
+        self._last_executed: np.ndarray | None = None  # after the safety filter (its gripper-rate limit)
+        # Before the safety filter: what the policy (or the human) chose, the state's previous action.
+        self._last_chosen: np.ndarray | None = None
         link = config.link
         self.codec = CodecSelector(  # the link thread feeds it measurements (link.codec=auto)
             link.codec, self.spec.camera_names, link.jpeg_quality, link.min_jpeg_quality,
@@ -316,6 +318,7 @@ class ControlLoop:
         self.watchdog.feed()
         self.holding = False
         self._last_executed = safe
+        self._last_chosen = np.array(action, np.float32)  # a copy: a chunk buffer may be reused
         self.stats.actions_executed += 1
         episode.step += 1
         # An operator's label makes this step the last, and says so in its transition: success ends
@@ -391,13 +394,14 @@ class ControlLoop:
         return msg
 
     def _state(self, measured: np.ndarray) -> np.ndarray:
-        """The driver's state, and the action last executed if the trainer is told so."""
+        """The driver's state, and the action last chosen (before the safety filter, as the sim's
+        ``previous_action_in_state`` appends it) if the trainer is told so."""
         state = np.asarray(measured, dtype=np.float32)
         if not self.config.previous_action_in_state:
             return state
-        if self._last_executed is None:  # an episode's first tick: no action yet
+        if self._last_chosen is None:  # an episode's first tick: no action yet
             return np.concatenate([state, np.zeros(self.driver.spec.action.dim, np.float32)])
-        return np.concatenate([state, np.asarray(self._last_executed, np.float32)])
+        return np.concatenate([state, self._last_chosen])
 
     def _spool_sent_frames(self, answered_by: float | None = None) -> None:
         """Write the observation whose raw frames were sent (before the next observation, or the end).
@@ -460,7 +464,7 @@ class ControlLoop:
             self._send_error("bad_command", str(exc))
             return
         self._episode = _Episode(episode_id)
-        self._last_executed = None
+        self._last_executed = self._last_chosen = None
         self.ledger.stop_waiting()
         self.teleop.start_episode()
         self.watchdog.feed()

@@ -42,10 +42,15 @@ def test_the_sim_state_ends_with_the_action_last_applied():
         env.close()
 
 
-def test_the_agent_sends_the_action_it_executed_and_its_spec_matches_the_sims(tmp_path):
+def test_the_agent_sends_the_action_it_chose_before_the_filter_as_the_sim_does(tmp_path):
     server = start_server()
     agent = start_agent(server.server.port, tmp_path, previous_action_in_state=True)
-    sent = [np.array([0.1 * (k % 3), -0.05 * (k % 2), 0.1, 0, 0, 0, 1.0], np.float32) for k in range(12)]
+    # Every other action asks for a step longer than the safety filter allows (|translation| > 1),
+    # so the robot executes a shortened one; the state must still carry the one chosen, as the sim's
+    # does (a policy trained there reads its own last output, not the filter's).
+    small = np.array([0.1, -0.05, 0.1, 0, 0, 0, 1.0], np.float32)
+    large = np.array([0.9, -0.9, 0.9, 0, 0, 0, 1.0], np.float32)
+    sent = [large if k % 2 else small for k in range(12)]
     try:
         session = server.call(server.server.wait_for_robot(timeout=30))
         observations = server.call(answer_episode(session, 12, lambda step, obs: [sent[step]]), timeout=60)
@@ -66,11 +71,11 @@ def test_the_agent_sends_the_action_it_executed_and_its_spec_matches_the_sims(tm
     assert np.array_equal(states[0][-dim:], np.zeros(dim))  # before the episode's first action
     executed = [o for o in observations[1:] if len(o.transition.executed_action)]
     assert len(executed) >= 8
-    for obs in executed:  # each state carries the action the robot executed just before it
-        assert np.allclose(np.asarray(obs.state)[-dim:], obs.transition.executed_action)
-    # ... which were the actions answered (small enough that the safety filter passes them as sent)
-    tails = {tuple(np.round(np.asarray(o.state)[-dim:], 4)) for o in executed}
-    assert len(tails & {tuple(np.round(a, 4)) for a in sent}) >= 3
+    chosen = {tuple(np.round(a, 4)) for a in (small, large)}
+    for obs in executed:  # each state carries an action as it was chosen, never a filtered one
+        assert tuple(np.round(np.asarray(obs.state)[-dim:], 4)) in chosen
+    filtered = [o for o in executed if not np.allclose(np.asarray(o.state)[-dim:], o.transition.executed_action)]
+    assert len(filtered) >= 3  # ... also where the robot executed a shortened step
 
 
 @pytest.mark.parametrize("where", ["sim", "agent"])
