@@ -601,6 +601,10 @@ def main() -> int:
         help="with --reevaluate: the evaluating twins take this gap profile instead of the one the "
         "policies were trained against (how far a policy carries); the figures go beside the row's own",
     )
+    parser.add_argument(
+        "--why",
+        help="with --reevaluate (no diagnosis): why the figures are replaced, kept in the result's settings",
+    )
     args = parser.parse_args()
     if (args.twin_safety or args.eval_gap) and not args.reevaluate:
         parser.error("--twin-safety and --eval-gap go with --reevaluate")
@@ -668,6 +672,9 @@ def reevaluate(args) -> int:
     go beside the row's own, which stay as they are."""
     from protos.atomic_files import write_atomic
 
+    if not (args.twin_safety or args.eval_gap or args.why):
+        print("sim_to_real: --reevaluate replaces the rows' figures: say why with --why TEXT", file=sys.stderr)
+        return 2
     if not args.out.is_file():
         print(f"sim_to_real: --reevaluate needs a result file, and {args.out} is not one", file=sys.stderr)
         return 2
@@ -705,9 +712,14 @@ def reevaluate(args) -> int:
         else:
             row["twin_eval"] = figures
             row.setdefault("twin_eval_before_reevaluation", previous)
+            row["reevaluated_because"] = args.why
             result["summary"] = summarise(result["runs"])
-            result["settings"]["reevaluated"] = {"eval_episodes": args.eval_episodes, "eval_twins": args.eval_twins,
-                                                 "why": "each twin now resets from seeds of its own"}  # fmt: skip
+            reevaluations = result["settings"].setdefault("reevaluations", [])
+            if "reevaluated" in result["settings"]:  # the one record an older run kept
+                reevaluations.append(result["settings"].pop("reevaluated"))
+            record = {"eval_episodes": args.eval_episodes, "eval_twins": args.eval_twins, "why": args.why}
+            if record not in reevaluations:
+                reevaluations.append(record)
         print(f"{row['arm']} seed {row['seed']}{f' ({diagnosis[0]}: {diagnosis[1]})' if diagnosis else ''}: twin success "
               f"{previous['success_rate']:.2f} -> {figures['success_rate']:.2f}", flush=True)  # fmt: skip
         write_atomic(args.out, json.dumps(result, indent=2) + "\n")

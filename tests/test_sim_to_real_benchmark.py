@@ -45,3 +45,14 @@ def test_a_gap_file_with_an_unknown_key_is_one_line(tmp_path):
     assert result.returncode == 2
     err = result.stderr.strip()
     assert err.startswith(f"sim_to_real: --gap {gap}") and "gravity_scale" in err and "\n" not in err
+
+
+def test_a_reevaluation_that_replaces_figures_says_why(tmp_path):
+    out = tmp_path / "out.json"
+    out.write_text(json.dumps({"runs": [], "settings": {}, "gap": {}}))
+    before = out.read_text()
+    result = run("--reevaluate", "--out", str(out), cwd=tmp_path)
+    assert result.returncode == 2
+    err = result.stderr.strip()
+    assert "say why with --why" in err and "\n" not in err
+    assert out.read_text() == before
