@@ -97,7 +97,7 @@ class Twin:
 
     gap: dict
     action_scale: dict = field(default_factory=dict)
-    previous_action: bool = False  # the agents send the action last executed in the state
+    previous_action: bool = False  # the agents send the action last chosen in the state
     cameras: tuple[str, ...] = ()  # an image policy's: then the state is proprioception only
 
     def driver_section(self) -> dict:
