@@ -673,7 +673,9 @@ def reevaluate(args) -> int:
     from protos.atomic_files import write_atomic
 
     if not (args.twin_safety or args.eval_gap or args.why):
-        print("sim_to_real: --reevaluate replaces the rows' figures: say why with --why TEXT", file=sys.stderr)
+        print(
+            "sim_to_real: --reevaluate replaces the rows' figures: say why with --why TEXT", file=sys.stderr
+        )
         return 2
     if not args.out.is_file():
         print(f"sim_to_real: --reevaluate needs a result file, and {args.out} is not one", file=sys.stderr)

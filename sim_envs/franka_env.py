@@ -90,9 +90,10 @@ class FrankaEnvConfig:
     # With privileged_state=False: add every object's pose but nothing that names the task's target
     # (what a perception module gives a real arm); the instruction alone says which cube to lift.
     object_state: bool = False
-    # The state ends with the action last given to step(), before the robot limits (protos.env_spec.with_previous_action): with control
-    # latency that action is still in force for part of each step, and a state without it is not
-    # Markov. A robot agent with ``agent.previous_action_in_state`` appends it the same way.
+    # The state ends with the action last given to step(), before the robot limits
+    # (protos.env_spec.with_previous_action): with control latency that action is still in force for
+    # part of each step, and a state without it is not Markov. A robot agent with
+    # ``agent.previous_action_in_state`` appends it the same way (the action chosen, before its filter).
     previous_action_in_state: bool = False
     initial_joint_noise: float = 0.02
     render_size: int = 256

@@ -74,7 +74,9 @@ def test_the_agent_sends_the_action_it_chose_before_the_filter_as_the_sim_does(t
     chosen = {tuple(np.round(a, 4)) for a in (small, large)}
     for obs in executed:  # each state carries an action as it was chosen, never a filtered one
         assert tuple(np.round(np.asarray(obs.state)[-dim:], 4)) in chosen
-    filtered = [o for o in executed if not np.allclose(np.asarray(o.state)[-dim:], o.transition.executed_action)]
+    filtered = [
+        o for o in executed if not np.allclose(np.asarray(o.state)[-dim:], o.transition.executed_action)
+    ]
     assert len(filtered) >= 3  # ... also where the robot executed a shortened step
 
 
