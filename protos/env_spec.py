@@ -221,9 +221,10 @@ PREVIOUS_ACTION = "previous_action"
 
 def with_previous_action(spec: EnvSpec) -> EnvSpec:
     """``spec`` whose state ends with the action last chosen (``previous_action``: the policy's or the
-    human's, before any limits; zeros before an episode's first). With control latency the previous command is still in force for part of each
-    step, and a state without it is not Markov: a policy cannot tell what its last action is still
-    doing. Sims and the robot agent append it the same way, so their specs match."""
+    human's, before any limits; zeros before an episode's first). With control latency the previous
+    command is still in force for part of each step, and a state without it is not Markov: a policy
+    cannot tell what its last action is still doing. Sims and the robot agent append it the same
+    way, so their specs match."""
     if PREVIOUS_ACTION in spec.state_slices():
         return spec
     return dataclasses.replace(
