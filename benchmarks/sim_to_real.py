@@ -19,6 +19,12 @@ wall-clock budget, then its final policy is evaluated greedily on twins over the
 - ``sim_sysid``: PPO on the sim with the physics ``rlinf-calibrate sysid`` fitted from ``--sysid-episodes``
   twin episodes (collected over the link: random actions on one twin, teleoperated grasps by the
   scripted expert on the other (``--sysid-expert-twins``); they count as robot episodes);
+- ``sim_calibrated`` (``--policy image`` only): ``sim_nominal``'s state policy teaches its camera student
+  in the sim with the twin's cameras as ``rlinf-calibrate`` measures them (intrinsics, hand-eye
+  eye-to-hand for ``front`` and eye-in-hand for ``wrist``, on the twin's camera mounts, then
+  ``apply-to-sim`` into the sim's ``camera_file``): the lever for a camera mounted off its nominal
+  pose (``benchmarks/gaps/camera_mount.json``: the default dynamics and a front camera 5 cm and 5 deg
+  off, a wrist camera 1.4 cm and 3 deg off);
 - ``cotrain_scratch`` / ``cotrain_finetune``: ``serve server.mode=train``, PPO on 16 sim envs + 2 twins
   (robot weight 2), from scratch / from ``sim_nominal``'s final policy;
 - ``twin_only``: RLPD on 2 twins alone, from 20 episodes teleoperated on the twins by the scripted
@@ -56,7 +62,15 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 RESULTS = Path(__file__).with_name("results")
-ARMS = ("sim_nominal", "sim_dr", "sim_sysid", "cotrain_scratch", "cotrain_finetune", "twin_only")
+ARMS = (
+    "sim_nominal",
+    "sim_dr",
+    "sim_sysid",
+    "sim_calibrated",
+    "cotrain_scratch",
+    "cotrain_finetune",
+    "twin_only",
+)
 SIM_KWARGS = "cameras: [], action_rotation: true, privileged_state: true"
 # Domain randomisation for sim_dr: generic ranges around nominal that a user would pick.
 DR_DYNAMICS = "friction_scale: [0.5, 1.2], object_mass_scale: [0.5, 2.0], actuator_gain_scale: [0.7, 1.2], control_latency_ms: [0.0, 60.0]"
@@ -261,6 +275,33 @@ def fit_physics(work: Path, dataset: Path, action_scale: dict) -> tuple[Path, di
     return out, json.loads(out.read_text())["fit"]
 
 
+def calibrate_cameras(work: Path, gap: dict) -> tuple[Path, dict]:
+    """The twin's cameras measured as a person would on the robot, with ``rlinf-calibrate``: intrinsics,
+    hand-eye (eye-to-hand for ``front``, eye-in-hand for ``wrist``) on the cameras where the gap mounts
+    them, then ``apply-to-sim`` into one camera file. Returns it and each hand-eye's error against the
+    true mount."""
+    work.mkdir(parents=True, exist_ok=True)
+    gap_file, cameras = work / "gap.json", work / "sim_cameras.json"
+    gap_file.write_text(json.dumps(gap))
+    exe = str(Path(sys.executable).with_name("rlinf-calibrate"))
+    errors = {}
+    for camera, mode in (("front", "eye-to-hand"), ("wrist", "eye-in-hand")):
+        intrinsics, hand_eye, serial = (
+            work / f"{camera}_intrinsics.json",
+            work / f"{camera}_hand_eye.json",
+            f"twin-{camera}",
+        )
+        for command in (
+            ["intrinsics", "--sim-camera", camera, "--serial", serial, "--out", str(intrinsics)],
+            ["hand-eye", "--mode", mode, "--sim", "--out", str(hand_eye)],
+        ):
+            subprocess.run([exe, *command, "--sim-gap", str(gap_file)], check=True)
+        subprocess.run([exe, "apply-to-sim", "--camera", camera, "--intrinsics", str(intrinsics), "--serial", serial,
+                        "--hand-eye", str(hand_eye), "--out", str(cameras)], check=True)  # fmt: skip
+        errors[camera] = json.loads(hand_eye.read_text())["against_sim_truth"]
+    return cameras, errors
+
+
 def robot_learning_curve(dataset: Path, demos: Path | None = None) -> dict:
     """Robot episodes used (with the teleoperated demonstrations in ``demos``), and how many it took
     until the policy's last 10 episodes averaged >= 80 % success (the demonstrations count first)."""
@@ -322,7 +363,9 @@ def ppo_noise(args) -> list[str]:
     return [f"policy.init_log_std={noise_matched_to_scale(SafetyConfig().max_translation_m):.4f}"]
 
 
-def run_arm(arm: str, seed: int, args, gap: dict, work: Path, finetune_from: Path | None) -> dict:
+def run_arm(arm: str, seed: int, args, gap: dict, work: Path, nominal: dict | None) -> dict:
+    """One arm for one seed; ``nominal`` is this seed's ``sim_nominal`` row, where it ran first (the
+    start of ``cotrain_finetune``, the teacher of ``sim_calibrated``)."""
     tick = time.monotonic()
     limits = f", {robot_limits()}" if args.sim_robot_limits else ""
     twin = Twin(gap, action_scale(args.action_scale_at_limits), args.previous_action)
@@ -334,8 +377,12 @@ def run_arm(arm: str, seed: int, args, gap: dict, work: Path, finetune_from: Pat
     row: dict = {"arm": arm, "seed": seed}
     physics = None
     if args.teachers_from:
-        policy, physics = reused_state_policy(args.teachers_from / f"{arm}-{seed}", row)
-    elif arm == "sim_nominal":
+        teacher_arm = "sim_nominal" if arm == "sim_calibrated" else arm
+        policy, physics = reused_state_policy(args.teachers_from / f"{teacher_arm}-{seed}", row)
+    elif arm == "sim_calibrated" and nominal is not None and Path(nominal.get("teacher") or "").is_dir():
+        policy = Path(nominal["teacher"])  # a state policy sees no camera: the arms differ in the student
+        row["teacher_from"] = "sim_nominal"
+    elif arm in ("sim_nominal", "sim_calibrated"):
         policy = train_in_sim(work, args.minutes, seed, sim_kwargs, noise)
     elif arm == "sim_dr":
         policy = train_in_sim(work, args.minutes, seed, f"{sim_kwargs}, randomization: {DR}", noise)
@@ -357,9 +404,9 @@ def run_arm(arm: str, seed: int, args, gap: dict, work: Path, finetune_from: Pat
     elif arm in ("cotrain_scratch", "cotrain_finetune"):
         overrides = ["env.num_envs=16", f"env.kwargs={{{sim_kwargs}}}", *noise]
         if arm == "cotrain_finetune":
-            if finetune_from is None:
+            if nominal is None or not Path(nominal["policy"] or "").is_dir():
                 raise BenchmarkError("cotrain_finetune needs the sim_nominal arm first (same seed)")
-            overrides.append(f"policy.init_from={finetune_from}")
+            overrides.append(f"policy.init_from={nominal['policy']}")
         policy = train_with_twins(
             work, args.minutes, seed, twin, 2, overrides, config="ppo_pick_lift", robot_weight=2.0
         )
@@ -383,6 +430,12 @@ def run_arm(arm: str, seed: int, args, gap: dict, work: Path, finetune_from: Pat
             student += f", randomization: {DR_IMAGE}"
         elif arm == "sim_sysid":
             student += f", physics_file: {physics}"
+        elif arm == "sim_calibrated":
+            tick = time.monotonic()
+            cameras, errors = calibrate_cameras(work / "calibration", gap)
+            row["camera_calibration"] = {"camera_file": str(cameras), "hand_eye_error": errors,
+                                         "wall_s": round(time.monotonic() - tick, 1)}  # fmt: skip
+            student += f", camera_file: {cameras}"
         tick = time.monotonic()
         policy, row["distill"] = distill_to_image(work, policy, student, seed, args)
         row["distill_wall_s"] = round(time.monotonic() - tick, 1)
@@ -576,7 +629,9 @@ def main() -> int:
     parser.add_argument(
         "--distill-minutes", type=float, default=4.0, help="--policy image: BC wall-clock budget"
     )
-    parser.add_argument("--arms", nargs="+", default=list(ARMS))
+    parser.add_argument(
+        "--arms", nargs="+", help="default: every arm (--policy image: the sim-only ones, sim_calibrated too)"
+    )
     parser.add_argument("--gap", type=Path, help="the twin's reality gap: a JSON of randomisation keys")
     parser.add_argument("--work", type=Path, default=Path("runs/bench-sim-to-real"))
     parser.add_argument("--out", type=Path, default=RESULTS / "sim_to_real.json")
@@ -612,6 +667,10 @@ def main() -> int:
         parser.error("one diagnosis at a time: --twin-safety or --eval-gap")
     if args.scale_noise_with_action and not args.action_scale_at_limits:
         parser.error("--scale-noise-with-action goes with --action-scale-at-limits")
+    if args.arms is None:
+        args.arms = [
+            a for a in ARMS if (a.startswith("sim_") if args.policy == "image" else a != "sim_calibrated")
+        ]
     if args.reevaluate:
         return reevaluate(args)
     try:
@@ -634,13 +693,12 @@ def main() -> int:
     else:
         shutil.rmtree(args.work, ignore_errors=True)
     for seed in seeds:
-        kept = [Path(r["policy"]) for r in rows if r["arm"] == "sim_nominal" and r["seed"] == seed]
-        finetune_from = kept[0] if kept and kept[0].is_dir() else None
+        nominal = next((r for r in rows if r["arm"] == "sim_nominal" and r["seed"] == seed), None)
         for arm in args.arms:
             shutil.rmtree(args.work / f"{arm}-{seed}", ignore_errors=True)
-            row = run_arm(arm, seed, args, gap, args.work / f"{arm}-{seed}", finetune_from)
+            row = run_arm(arm, seed, args, gap, args.work / f"{arm}-{seed}", nominal)
             if arm == "sim_nominal":
-                finetune_from = Path(row["policy"])
+                nominal = row
             rows.append(row)
             write(args, gap, rows)
     summary = write(args, gap, rows)
@@ -651,6 +709,10 @@ def main() -> int:
 def check_image_arms(args) -> None:
     """``--policy image`` and ``--teachers-from`` take the sim-only arms, and never the folder they reuse."""
     online = [a for a in args.arms if not a.startswith("sim_")]
+    if "sim_calibrated" in args.arms and args.policy != "image":
+        raise BenchmarkError(
+            "sim_calibrated calibrates the cameras, which a state policy never sees: it goes with --policy image"
+        )
     if args.policy == "image" and online:
         raise BenchmarkError(
             f"--policy image runs the sim-only arms (distilled from their state policies); not {online[0]!r}: "

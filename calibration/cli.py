@@ -42,6 +42,29 @@ def add_camera_args(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--fps", type=float, default=30.0)
 
 
+def add_sim_gap_arg(parser: argparse.ArgumentParser, sim_flag: str) -> None:
+    parser.add_argument(
+        "--sim-gap",
+        type=Path,
+        help=f"with {sim_flag}: the sim twin's cameras, mounted as this gap profile's "
+        "camera_mount_offset puts them (a JSON of randomisation keys)",
+    )
+
+
+def sim_camera_offsets(args: argparse.Namespace, sim: bool) -> dict:
+    """``--sim-gap``'s camera mount offsets (validated), for the sim rig."""
+    if args.sim_gap is None:
+        return {}
+    if not sim:
+        raise CalibrationError("--sim-gap moves the sim's cameras: it goes with the sim, not a real camera")
+    from sim_envs.randomization import DomainRandomization
+
+    try:
+        return DomainRandomization.from_any(json.loads(args.sim_gap.read_text())).camera_mount_offset
+    except (OSError, ValueError, TypeError) as exc:
+        raise CalibrationError(f"--sim-gap {args.sim_gap}: {exc}") from None
+
+
 def open_camera(args: argparse.Namespace):
     """A started camera of the agent's camera interface; its errors become one line."""
     from robot_agent.cameras import CameraConfig, CameraError, make_camera
@@ -92,6 +115,7 @@ def build_parser() -> argparse.ArgumentParser:
         "--camera-kind", choices=("realsense", "zed", "opencv"), help="capture from a live camera"
     )
     add_camera_args(intrinsics)
+    add_sim_gap_arg(intrinsics, "--sim-camera")
     intrinsics.add_argument("--views", type=int, default=20, help="views to render with --sim-camera")
     intrinsics.add_argument("--serial", required=True, help="the camera's serial number (the file's key)")
     intrinsics.add_argument("--out", type=Path, default=Path("cameras.json"))
@@ -104,6 +128,7 @@ def build_parser() -> argparse.ArgumentParser:
     where.add_argument(
         "--robot", help="a robot_agent driver kind (franka, sim-twin, ...): asks before each move"
     )
+    add_sim_gap_arg(hand_eye, "--sim")
     hand_eye.add_argument("--robot-config", type=Path, help="the robot's config file (its [driver] section)")
     hand_eye.add_argument("--camera-kind", choices=("realsense", "zed", "opencv"))
     add_camera_args(hand_eye)
@@ -156,6 +181,7 @@ def run_intrinsics(args: argparse.Namespace) -> str:
     from calibration.intrinsics import calibrate_intrinsics, save_intrinsics
 
     spec = board_from_args(args)
+    offsets = sim_camera_offsets(args, args.sim_camera is not None)
     if args.images is not None:
         images = load_images(args.images)
     elif args.camera_kind is not None:
@@ -174,7 +200,7 @@ def run_intrinsics(args: argparse.Namespace) -> str:
     else:
         from calibration.sim_target import SimCalibrationRig
 
-        rig = SimCalibrationRig(spec)
+        rig = SimCalibrationRig(spec, camera_mount_offset=offsets)
         images = rig.board_views(args.sim_camera, args.views)
         rig.close()
     result = calibrate_intrinsics(images, spec)
@@ -188,6 +214,7 @@ def run_intrinsics(args: argparse.Namespace) -> str:
 def run_hand_eye(args: argparse.Namespace) -> str:
     from calibration.intrinsics import write_json_atomic
 
+    offsets = sim_camera_offsets(args, args.sim)
     if args.robot:
         result = robot_hand_eye(args)
         write_json_atomic(args.out, {"version": 1, **result.to_dict()})
@@ -197,8 +224,11 @@ def run_hand_eye(args: argparse.Namespace) -> str:
         )
     from calibration.sim_target import sim_hand_eye
 
-    result, truth_error = sim_hand_eye(board_from_args(args), args.mode, args.poses)
-    write_json_atomic(args.out, {"version": 1, **result.to_dict()})
+    result, truth_error = sim_hand_eye(
+        board_from_args(args), args.mode, args.poses, camera_mount_offset=offsets
+    )
+    truth = {"error_mm": truth_error[0], "error_deg": truth_error[1]}
+    write_json_atomic(args.out, {"version": 1, **result.to_dict(), "against_sim_truth": truth})
     return (
         f"{args.mode}: {result.method}, residual {result.residual_mm:.2f} mm / {result.residual_deg:.3f} deg, "
         f"methods within {result.disagreement_mm:.2f} mm / {result.disagreement_deg:.3f} deg; "

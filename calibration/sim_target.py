@@ -27,10 +27,13 @@ class SimCalibrationRig:
     """The Panda scene plus a board. Poses are 4x4 transforms in the robot base (world) frame."""
 
     def __init__(
-        self, spec: BoardSpec, width: int = 640, height: int = 480, pixels_per_square: int = 120
-    ) -> None:
+        self, spec: BoardSpec, width: int = 640, height: int = 480, pixels_per_square: int = 120,
+        camera_mount_offset: dict | None = None,
+    ) -> None:  # fmt: skip
+        """``camera_mount_offset`` (a gap profile's): the cameras stand where the twin's do."""
         import mujoco
 
+        from sim_envs.randomization import offset_camera_mounts
         from sim_envs.rendering import make_renderer
         from sim_envs.scene import SceneConfig, build_scene_xml
 
@@ -46,6 +49,7 @@ class SimCalibrationRig:
         xml = xml.replace("</asset>", _board_assets(texture, full_w, full_h) + "</asset>", 1)
         xml = xml.replace("</worldbody>", _BOARD_BODY + "</worldbody>", 1)
         self.model = mujoco.MjModel.from_xml_string(xml)
+        offset_camera_mounts(self.model, camera_mount_offset or {})
         self.data = mujoco.MjData(self.model)
         self._mujoco = mujoco
         self._board_mocap = self.model.body("board").mocapid[0]
@@ -183,10 +187,11 @@ class SimCalibrationRig:
 
 
 def sim_hand_eye(
-    spec: BoardSpec, mode: str, count: int = 20, seed: int = 0
+    spec: BoardSpec, mode: str, count: int = 20, seed: int = 0, camera_mount_offset: dict | None = None
 ) -> tuple[HandEyeResult, tuple[float, float]]:
-    """Run a hand-eye calibration unattended in the scene; also return its error against the truth."""
-    rig = SimCalibrationRig(spec)
+    """Run a hand-eye calibration unattended in the scene (its cameras moved by a gap profile's
+    ``camera_mount_offset``); also return its error against the truth."""
+    rig = SimCalibrationRig(spec, camera_mount_offset=camera_mount_offset)
     try:
         camera, robot, boards = rig.capture_hand_eye_pairs(mode, count, seed)
         result = solve_hand_eye(robot, boards, mode)

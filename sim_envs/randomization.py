@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, fields
+from dataclasses import dataclass, field, fields
 
 import numpy as np
 
@@ -26,14 +26,19 @@ class DomainRandomization:
     # as a camera-to-robot calibration error gives; then a uniform +-jitter on x and y per episode.
     object_position_bias_m: tuple[float, float, float] = (0.0, 0.0, 0.0)
     object_position_jitter_m: float = 0.0
+    # A camera mounted off its nominal pose (the CAD model's), fixed: per camera ("front", "wrist"), a
+    # shift "pos_m" and a rotation vector "rot_deg", both in the camera's parent frame (the world for
+    # front, the hand for wrist). `rlinf-calibrate hand-eye` measures it; the jitter above adds to it.
+    camera_mount_offset: dict = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         bias = self.object_position_bias_m
-        if len(bias) != 3 or not all(isinstance(v, (int, float)) and np.isfinite(v) for v in bias):
+        if not _is_vector3(bias):
             raise ValueError(f"randomization.object_position_bias_m must be 3 numbers (x, y, z), got {bias}")
+        object.__setattr__(self, "camera_mount_offset", _checked_mount_offsets(self.camera_mount_offset))
         for f in fields(self):
             value = getattr(self, f.name)
-            if f.name == "object_position_bias_m":
+            if f.name in ("object_position_bias_m", "camera_mount_offset"):
                 continue
             if isinstance(value, tuple):
                 if len(value) != 2 or value[0] > value[1]:
@@ -56,6 +61,59 @@ class DomainRandomization:
         if unknown:
             raise ValueError(f"unknown randomization key {unknown[0]!r}; known: {sorted(known)}")
         return cls(**{k: tuple(v) if isinstance(v, list) else v for k, v in value.items()})
+
+
+def _is_vector3(value) -> bool:
+    return (
+        isinstance(value, (tuple, list))
+        and len(value) == 3
+        and all(isinstance(v, (int, float)) and np.isfinite(v) for v in value)
+    )
+
+
+MOUNTED_CAMERAS = ("front", "wrist")
+MOUNT_OFFSET_KEYS = ("pos_m", "rot_deg")
+
+
+def _checked_mount_offsets(offsets) -> dict:
+    """``camera_mount_offset`` validated, with every camera's two keys as 3-tuples (missing: zero)."""
+    where = "randomization.camera_mount_offset"
+    if not isinstance(offsets, dict):
+        raise ValueError(f"{where} must map a camera name to {{pos_m, rot_deg}}, got {offsets!r}")
+    checked = {}
+    for camera, offset in offsets.items():
+        if camera not in MOUNTED_CAMERAS:
+            raise ValueError(f"{where}: unknown camera {camera!r}; the scene has {list(MOUNTED_CAMERAS)}")
+        if not isinstance(offset, dict) or set(offset) - set(MOUNT_OFFSET_KEYS):
+            raise ValueError(f"{where}.{camera} takes the keys {list(MOUNT_OFFSET_KEYS)}, got {offset!r}")
+        for key in MOUNT_OFFSET_KEYS:
+            if not _is_vector3(offset.get(key, (0.0, 0.0, 0.0))):
+                raise ValueError(f"{where}.{camera}.{key} must be 3 numbers (x, y, z), got {offset[key]!r}")
+        checked[camera] = {
+            key: tuple(float(v) for v in offset.get(key, (0, 0, 0))) for key in MOUNT_OFFSET_KEYS
+        }
+    return checked
+
+
+def offset_camera_mounts(model, offsets: dict) -> None:
+    """Move the named cameras of a compiled model by ``offsets`` (``camera_mount_offset``'s form),
+    from where they are now, each in its parent frame."""
+    import mujoco
+
+    for camera, offset in _checked_mount_offsets(offsets).items():
+        index = mujoco.mj_name2id(model, mujoco.mjtObj.mjOBJ_CAMERA, camera)
+        if index < 0:
+            continue  # a scene without this camera
+        model.cam_pos[index] += offset["pos_m"]
+        model.cam_quat[index] = _quat_mul(_rotation_vector_quat(offset["rot_deg"]), model.cam_quat[index])
+
+
+def _rotation_vector_quat(rotation_deg) -> np.ndarray:
+    vector = np.deg2rad(np.asarray(rotation_deg, np.float64))
+    angle = float(np.linalg.norm(vector))
+    if angle == 0.0:
+        return np.array([1.0, 0.0, 0.0, 0.0])
+    return np.concatenate([[np.cos(angle / 2)], np.sin(angle / 2) * vector / angle])
 
 
 # A fixed "reality gap": what the sim twin uses to stand in for the real robot.
@@ -151,6 +209,8 @@ class ModelRandomizer:
         m, nominal = self.model, self._nominal
         m.cam_pos[:] = nominal["cam_pos"]
         m.cam_quat[:] = nominal["cam_quat"]
+        offset_camera_mounts(m, self.cfg.camera_mount_offset)  # the mount error, then the jitter on it
+        mounted_quat = m.cam_quat.copy()
         if self.cfg.camera_pos_jitter_m > 0:
             m.cam_pos[:] += rng.uniform(-1, 1, m.cam_pos.shape) * self.cfg.camera_pos_jitter_m
         if self.cfg.camera_rot_jitter_deg > 0:
@@ -159,7 +219,7 @@ class ModelRandomizer:
                 axis /= np.linalg.norm(axis)
                 angle = np.deg2rad(self.cfg.camera_rot_jitter_deg) * rng.uniform(-1, 1)
                 delta = np.concatenate([[np.cos(angle / 2)], np.sin(angle / 2) * axis])
-                m.cam_quat[i] = _quat_mul(delta, nominal["cam_quat"][i])
+                m.cam_quat[i] = _quat_mul(delta, mounted_quat[i])
 
     def _jitter_appearance(self, rng: np.random.Generator) -> None:
         m, nominal = self.model, self._nominal
