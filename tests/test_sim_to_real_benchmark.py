@@ -28,6 +28,7 @@ def run(*args: str, cwd: Path) -> subprocess.CompletedProcess:
         (["--teachers-from", "runs/w", "--work", "runs/w", "--arms", "sim_dr"], "--teachers-from is --work"),
         (["--teachers-from", "runs/old", "--arms", "cotrain_scratch"], "not 'cotrain_scratch'"),
         (["--arms", "sim_nominal", "sim_real"], "unknown arm 'sim_real'"),
+        (["--arms", "sim_nominal", "sim_calibrated"], "it goes with --policy image"),
     ],
 )
 def test_bad_arguments_are_one_line_before_any_training(tmp_path, args, message):

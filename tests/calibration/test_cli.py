@@ -127,3 +127,58 @@ def test_a_live_camera_that_is_not_there_is_one_line(tmp_path):
     assert "the realsense camera needs pyrealsense2" in result.stderr and "Traceback" not in result.stderr
     result = run("hand-eye", "--mode", "eye-in-hand", "--robot", "franka", "--out", out)
     assert result.returncode == 2 and "--robot needs --camera-kind" in result.stderr
+
+
+def test_the_twins_offset_cameras_are_measured_and_the_sim_takes_their_pose(tmp_path):
+    """``--sim-gap``: hand-eye finds the cameras where the gap mounted them, not where the CAD model
+    says, and apply-to-sim's camera file puts the sim's cameras there: the sim sees what the twin sees."""
+    import sim_envs
+
+    offset = {"front": {"pos_m": [-0.03, 0.04, 0.0], "rot_deg": [0.0, 3.0, -4.0]},
+              "wrist": {"pos_m": [0.01, -0.01, 0.0], "rot_deg": [3.0, 0.0, 0.0]}}  # fmt: skip
+    gap = tmp_path / "gap.json"
+    gap.write_text(json.dumps({"camera_mount_offset": offset}))
+    cameras = tmp_path / "sim_cameras.json"
+    for camera, mode in (("front", "eye-to-hand"), ("wrist", "eye-in-hand")):
+        intrinsics, hand_eye = tmp_path / f"{camera}_k.json", tmp_path / f"{camera}_he.json"
+        for args in (
+            ["intrinsics", "--sim-camera", camera, "--serial", camera, "--views", "12", "--out", str(intrinsics)],
+            ["hand-eye", "--mode", mode, "--sim", "--poses", "12", "--out", str(hand_eye)],
+            ["apply-to-sim", "--camera", camera, "--intrinsics", str(intrinsics), "--serial", camera,
+             "--hand-eye", str(hand_eye), "--out", str(cameras)],
+        ):  # fmt: skip
+            result = run(*args, *(["--sim-gap", str(gap)] if args[0] != "apply-to-sim" else []))
+            assert result.returncode == 0, result.stderr
+        truth = json.loads(hand_eye.read_text())["against_sim_truth"]
+        assert truth["error_mm"] < 8.0 and truth["error_deg"] < 0.6, (camera, truth)
+
+    def images(**kwargs):
+        env = sim_envs.make("rlinf/FrankaPickLift-v0", cameras=("front", "wrist"), image_height=96,
+                            image_width=96, **kwargs)  # fmt: skip
+        obs, _ = env.reset(seed=1)
+        env.close()
+        return {k: v.astype(float) for k, v in obs["images"].items()}
+
+    twin = images(randomization={"camera_mount_offset": offset})
+    calibrated = images(camera_file=str(cameras))
+    nominal = images()
+    for camera in ("front", "wrist"):
+        to_calibrated = np.abs(twin[camera] - calibrated[camera]).mean()
+        to_nominal = np.abs(twin[camera] - nominal[camera]).mean()
+        assert to_calibrated < 0.25 * to_nominal, (camera, to_calibrated, to_nominal)
+
+
+def test_sim_gap_is_for_the_sim_and_a_bad_one_is_one_line(tmp_path):
+    gap = tmp_path / "gap.json"
+    gap.write_text(json.dumps({"camera_mount_offset": {"side": {"pos_m": [0, 0, 0.1]}}}))
+    result = run(
+        "hand-eye", "--mode", "eye-to-hand", "--sim", "--sim-gap", str(gap), "--out", str(tmp_path / "h")
+    )
+    assert result.returncode == 2 and "unknown camera 'side'" in result.stderr
+    assert (
+        result.stderr.startswith(f"rlinf-calibrate hand-eye: --sim-gap {gap}")
+        and "Traceback" not in result.stderr
+    )
+    result = run("intrinsics", "--images", str(tmp_path), "--serial", "1", "--sim-gap", str(gap))
+    assert result.returncode == 2 and "--sim-gap moves the sim's cameras" in result.stderr
+    assert not (tmp_path / "h").exists()

@@ -102,6 +102,13 @@ def test_position_jitter_draws_a_new_offset_each_episode_around_the_bias():
         ({"object_position_bias_m": (0.01, 0.02)}, r"object_position_bias_m must be 3 numbers"),
         ({"object_position_bias_m": (0.0, float("nan"), 0.0)}, r"object_position_bias_m must be 3 numbers"),
         ({"object_position_jitter_m": -0.01}, "object_position_jitter_m must be >= 0"),
+        ({"camera_mount_offset": {"side": {"pos_m": [0, 0, 0]}}}, "unknown camera 'side'"),
+        (
+            {"camera_mount_offset": {"front": {"pos": [0, 0, 0]}}},
+            r"front takes the keys \['pos_m', 'rot_deg'\]",
+        ),
+        ({"camera_mount_offset": {"wrist": {"rot_deg": [1, 2]}}}, r"wrist.rot_deg must be 3 numbers"),
+        ({"camera_mount_offset": [0.01, 0, 0]}, "must map a camera name"),
     ],
 )
 def test_bad_randomization_is_rejected(cfg, message):
@@ -112,3 +119,41 @@ def test_bad_randomization_is_rejected(cfg, message):
 def test_latency_longer_than_a_control_period_is_rejected():
     with pytest.raises(ValueError, match="shorter than one control period"):
         sim_envs.make("rlinf/FrankaReach-v0", randomization={"control_latency_ms": (0, 150)})
+
+
+def _camera_pose(env, name):
+    import mujoco
+
+    mujoco.mj_forward(env.model, env.data)
+    cam = env.model.camera(name).id
+    return env.data.cam_xpos[cam].copy(), env.data.cam_xmat[cam].reshape(3, 3).copy()
+
+
+def _angle_deg(a, b):
+    return float(np.degrees(np.arccos(np.clip((np.trace(a.T @ b) - 1) / 2, -1, 1))))
+
+
+def test_a_camera_mount_offset_moves_each_camera_in_its_parent_frame_and_jitter_adds_on_top():
+    offset = {"front": {"pos_m": [-0.03, 0.04, 0.0], "rot_deg": [0.0, 3.0, -4.0]},
+              "wrist": {"pos_m": [0.01, 0.0, 0.0]}}  # fmt: skip
+    nominal = sim_envs.make("rlinf/FrankaPickLift-v0", cameras=())
+    mounted = sim_envs.make(
+        "rlinf/FrankaPickLift-v0", cameras=(), randomization={"camera_mount_offset": offset}
+    )
+    nominal.reset(seed=0)
+    mounted.reset(seed=0)
+    (p0, r0), (p1, r1) = _camera_pose(nominal, "front"), _camera_pose(mounted, "front")
+    np.testing.assert_allclose(p1 - p0, [-0.03, 0.04, 0.0], atol=1e-9)  # the world frame
+    assert _angle_deg(r0, r1) == pytest.approx(5.0, abs=1e-6)
+    # The wrist camera's shift is along the hand's x axis, wherever the hand points.
+    (w0, _), (w1, _) = _camera_pose(nominal, "wrist"), _camera_pose(mounted, "wrist")
+    hand = nominal.data.xmat[nominal.model.body("hand").id].reshape(3, 3)
+    np.testing.assert_allclose(w1 - w0, hand @ [0.01, 0.0, 0.0], atol=1e-9)
+    # The offset is fixed: every episode has it; per-episode jitter varies around it.
+    mounted.reset(seed=5)
+    np.testing.assert_allclose(_camera_pose(mounted, "front")[0] - p0, [-0.03, 0.04, 0.0], atol=1e-9)
+    jittered = sim_envs.make("rlinf/FrankaPickLift-v0", cameras=(),
+                             randomization={"camera_mount_offset": offset, "camera_pos_jitter_m": 0.005})  # fmt: skip
+    jittered.reset(seed=0)
+    shift = _camera_pose(jittered, "front")[0] - p0
+    assert np.all(np.abs(shift - [-0.03, 0.04, 0.0]) <= 0.005) and not np.allclose(shift, [-0.03, 0.04, 0.0])
