@@ -381,7 +381,7 @@ def run_arm(arm: str, seed: int, args, gap: dict, work: Path, nominal: dict | No
         policy, physics = reused_state_policy(args.teachers_from / f"{teacher_arm}-{seed}", row)
     elif arm == "sim_calibrated" and nominal is not None and Path(nominal.get("teacher") or "").is_dir():
         policy = Path(nominal["teacher"])  # a state policy sees no camera: the arms differ in the student
-        row["teacher_from"] = "sim_nominal"
+        row["teacher_from"], row["teacher_train_wall_s"] = "sim_nominal", nominal["train_wall_s"]
     elif arm in ("sim_nominal", "sim_calibrated"):
         policy = train_in_sim(work, args.minutes, seed, sim_kwargs, noise)
     elif arm == "sim_dr":
@@ -468,6 +468,11 @@ def reused_state_policy(earlier: Path, row: dict) -> tuple[Path, Path | None]:
     checkpoint = latest_checkpoint(earlier / "run")
     if checkpoint is None:
         raise BenchmarkError(f"--teachers-from: no trained state policy under {earlier / 'run'}")
+    row["teacher_from"] = str(earlier)
+    metrics = earlier / "run" / "metrics.jsonl"
+    logged = metrics.read_text().splitlines() if metrics.is_file() else []
+    # how long the teacher trained (this row's train_wall_s is the time to find it)
+    row["teacher_train_wall_s"] = json.loads(logged[-1])["wall_s"] if logged else None
     physics = earlier / "physics.json"
     if row["arm"] == "sim_sysid":
         if not physics.is_file():
