@@ -8,7 +8,8 @@ matched to the action scale; ``benchmarks/gaps/extreme_dynamics.json``: x0.2, x5
 ``benchmarks/gaps/perception_offset.json``: the hard dynamics, and the cube's pose as perception reports
 it 3 cm off across the table, as a camera calibration error gives; its two halves, for diagnoses with
 ``--reevaluate --eval-gap``: ``dynamics_only.json`` (the dynamics and the offset) and ``cameras_only.json``
-(camera pose jitter, dimmer light, colour jitter); ``none.json``: the twin as the nominal sim), run by
+(camera pose jitter, dimmer light, colour jitter); ``none.json``: the twin as the nominal sim;
+``reality_gap.json``: the default gap as a file), run by
 ``rlinf-robot connect --robot sim-twin`` agent processes over the real gRPC link, at its real 10 Hz.
 Every arm trains a state policy (7-D end-effector actions, the cube's pose in the state) for the same
 wall-clock budget, then its final policy is evaluated greedily on twins over the link:

@@ -57,3 +57,20 @@ def test_a_reevaluation_that_replaces_figures_says_why(tmp_path):
     err = result.stderr.strip()
     assert "say why with --why" in err and "\n" not in err
     assert out.read_text() == before
+
+
+def test_every_gap_profile_loads_and_reality_gap_json_is_the_default_gap():
+    from dataclasses import asdict
+
+    from sim_envs.randomization import REALITY_GAP, DomainRandomization
+
+    gaps = sorted((SCRIPT.parent / "gaps").glob("*.json"))
+    assert len(gaps) >= 7
+    loaded = {path.stem: DomainRandomization.from_any(json.loads(path.read_text())) for path in gaps}
+    assert asdict(loaded["reality_gap"]) == asdict(REALITY_GAP)
+    # camera_mount.json is the default gap with the cameras mounted off their nominal pose
+    mount = asdict(loaded["camera_mount"])
+    assert set(mount.pop("camera_mount_offset")) == {"front", "wrist"}
+    default = asdict(REALITY_GAP)
+    del default["camera_mount_offset"]
+    assert mount == default
