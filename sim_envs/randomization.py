@@ -96,11 +96,11 @@ def _checked_mount_offsets(offsets) -> dict:
 
 
 def offset_camera_mounts(model, offsets: dict) -> None:
-    """Move the named cameras of a compiled model by ``offsets`` (``camera_mount_offset``'s form),
+    """Move the named cameras of a compiled model by ``offsets`` (a validated ``camera_mount_offset``),
     from where they are now, each in its parent frame."""
     import mujoco
 
-    for camera, offset in _checked_mount_offsets(offsets).items():
+    for camera, offset in offsets.items():
         index = mujoco.mj_name2id(model, mujoco.mjtObj.mjOBJ_CAMERA, camera)
         if index < 0:
             continue  # a scene without this camera
@@ -210,16 +210,14 @@ class ModelRandomizer:
         m.cam_pos[:] = nominal["cam_pos"]
         m.cam_quat[:] = nominal["cam_quat"]
         offset_camera_mounts(m, self.cfg.camera_mount_offset)  # the mount error, then the jitter on it
-        mounted_quat = m.cam_quat.copy()
         if self.cfg.camera_pos_jitter_m > 0:
             m.cam_pos[:] += rng.uniform(-1, 1, m.cam_pos.shape) * self.cfg.camera_pos_jitter_m
         if self.cfg.camera_rot_jitter_deg > 0:
             for i in range(m.ncam):
                 axis = rng.normal(size=3)
                 axis /= np.linalg.norm(axis)
-                angle = np.deg2rad(self.cfg.camera_rot_jitter_deg) * rng.uniform(-1, 1)
-                delta = np.concatenate([[np.cos(angle / 2)], np.sin(angle / 2) * axis])
-                m.cam_quat[i] = _quat_mul(delta, mounted_quat[i])
+                angle_deg = self.cfg.camera_rot_jitter_deg * rng.uniform(-1, 1)
+                m.cam_quat[i] = _quat_mul(_rotation_vector_quat(angle_deg * axis), m.cam_quat[i])
 
     def _jitter_appearance(self, rng: np.random.Generator) -> None:
         m, nominal = self.model, self._nominal
