@@ -20,6 +20,7 @@ import numpy as np
 
 from protos import ContractError, EnvSpec
 from protos.batch import ChunkResult, VectorEnv, concat_obs, stack_obs
+from sim_envs.core_claims import allowed_cores
 from sim_envs.registry import VECTOR_SUITE_IDS, check_env_id, load_entry_point, make_suite_env
 from sim_envs.vector_worker import EnvSlot, play_chunks, receive, reset_slots
 
@@ -42,6 +43,9 @@ class SimVectorEnv:
 
     ``spin_wait_s``: how long the parent and each subprocess worker poll for the other before they
     block; ``None`` spins ``SPIN_WAIT_S`` where the workers and the parent have a core each, else 0.
+    ``pin_workers``: pin each subprocess worker to a core no other worker on the machine has claimed
+    (``sim_envs.core_claims``); ``None`` pins where the workers fit on this process's cores. A
+    worker that finds no free core runs unpinned. ``worker_cores`` says where each one went.
     """
 
     def __init__(
@@ -54,6 +58,7 @@ class SimVectorEnv:
         env_config: dict[str, Any] | None = None,
         python: str = "",
         spin_wait_s: float | None = None,
+        pin_workers: bool | None = None,
     ) -> None:
         if num_envs < 1:
             raise ValueError(f"num_envs must be >= 1, got {num_envs}")
@@ -66,6 +71,8 @@ class SimVectorEnv:
         if spin_wait_s is not None and not 0 <= spin_wait_s <= 0.1:
             raise ValueError(f"spin_wait_s must be in [0, 0.1] seconds, got {spin_wait_s}")
         self.spin_wait_s = spin_wait_s  # None: chosen with the workers (_start_workers)
+        self.pin_workers = pin_workers  # None: chosen with the workers (_start_workers)
+        self.worker_cores: list[int | None] = []  # the core each worker is pinned to; None: unpinned
         self.env_id, self.num_envs, self.backend = env_id, num_envs, backend
         self.python = python or sys.executable
         config = dict(env_config or {})
@@ -87,6 +94,8 @@ class SimVectorEnv:
         self._conns, self._procs, self._counts = [], [], counts
         if self.spin_wait_s is None:  # spin only where every process has a core of its own
             self.spin_wait_s = SPIN_WAIT_S if num_workers + 1 <= (os.cpu_count() or 1) else 0.0
+        if self.pin_workers is None:  # on 2 cores, 2 pinned MetaWorld workers step 25 % faster
+            self.pin_workers = num_workers <= len(allowed_cores())
         for count in counts:
             parent_sock, child_sock = socket.socketpair()
             proc = subprocess.Popen(
@@ -96,11 +105,12 @@ class SimVectorEnv:
             )
             child_sock.close()
             conn = Connection(parent_sock.detach())
-            conn.send((self.env_id, config, count, self.spin_wait_s))
+            conn.send((self.env_id, config, count, self.spin_wait_s, self.pin_workers))
             self._conns.append(conn)
             self._procs.append(proc)
-        specs = [self._receive(conn) for conn in self._conns]
-        self.spec = EnvSpec.from_dict(specs[0])
+        ready = [self._receive(conn) for conn in self._conns]
+        self.spec = EnvSpec.from_dict(ready[0]["spec"])
+        self.worker_cores = [worker["core"] for worker in ready]
 
     def _receive(self, conn) -> Any:
         try:
@@ -204,10 +214,12 @@ def make_vector(
     backend: str = "inline",
     num_workers: int | None = None,
     python: str = "",
+    pin_workers: bool | None = None,
     **config: Any,
 ) -> VectorEnv:
     """Build a :class:`SimVectorEnv` of ``num_envs`` copies of one env. ``python``: the interpreter the
-    subprocess workers run (a suite's own venv, e.g. ``.venv-metaworld/bin/python``). A batched suite
+    subprocess workers run (a suite's own venv, e.g. ``.venv-metaworld/bin/python``); ``pin_workers``:
+    see :class:`SimVectorEnv`. A batched suite
     (IsaacLab) is its own vector env: built directly, in this process."""
     if env_id in VECTOR_SUITE_IDS:
         if python:
@@ -218,5 +230,11 @@ def make_vector(
     if not python:  # another interpreter's workers check the id themselves (its modules may not import here)
         check_env_id(env_id, config.get("module", ""))
     return SimVectorEnv(
-        env_id, num_envs, backend=backend, num_workers=num_workers, env_config=config, python=python
+        env_id,
+        num_envs,
+        backend=backend,
+        num_workers=num_workers,
+        env_config=config,
+        python=python,
+        pin_workers=pin_workers,
     )

@@ -15,6 +15,7 @@ from typing import Any
 import numpy as np
 
 from protos.batch import ChunkResult, EpisodeSummary, stack_obs
+from sim_envs.core_claims import pin_to_a_free_core
 
 
 class EnvSlot:
@@ -96,13 +97,16 @@ def receive(conn: Connection, spin_s: float) -> Any:
     return conn.recv()
 
 
-def _worker(conn: Connection, env_id: str, config: dict[str, Any], count: int, spin_s: float) -> None:
+def _worker(
+    conn: Connection, env_id: str, config: dict[str, Any], count: int, spin_s: float, pin: bool
+) -> None:
+    core = pin_to_a_free_core() if pin else None
     try:
         slots = [EnvSlot(env_id, config) for _ in range(count)]
     except Exception as exc:
         conn.send(("error", (type(exc).__name__, str(exc))))
         return
-    conn.send(("ready", slots[0].env.env_spec.to_dict()))
+    conn.send(("ready", {"spec": slots[0].env.env_spec.to_dict(), "core": core}))
     while True:
         command, payload = receive(conn, spin_s)
         try:
@@ -127,8 +131,7 @@ def main() -> None:
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     conn = Connection(int(sys.argv[1]))
     try:
-        env_id, config, count, spin_s = conn.recv()
-        _worker(conn, env_id, config, count, spin_s)
+        _worker(conn, *conn.recv())
     except (EOFError, ConnectionResetError, BrokenPipeError):
         pass  # the parent went away
 

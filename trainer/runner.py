@@ -77,6 +77,7 @@ def _make_env(config: TrainConfig):
         backend=config.env.backend,
         num_workers=config.env.num_workers,
         python=config.env.python,
+        pin_workers=config.env.pin_workers,
         **config.env.kwargs,
     )
 
