@@ -11,7 +11,8 @@ with state only and, where the suite renders, one 128 px camera, the same random
     ``gym.make``), in one process;
   * adapter: our env class around it, in the same process;
   * vector: ``SimVectorEnv`` with one-step chunks: for a suite in its own venv, one subprocess worker
-    started from that venv (the raw loop's compute) and two (as ``train`` runs on 2 cores); for an
+    started from that venv (the raw loop's compute) and two (as ``train`` runs on 2 cores), each
+    with its workers pinned to free cores (the default) and unpinned (``_unpinned``); for an
     env of the main venv, the inline backend. The target: vector keeps >= 0.85 of raw.
 Every path runs one schedule: a reset, 10 warm-up steps, then ``--repeats`` runs that go on from
 where the last left off, so each run of raw, adapter and vector holds the same episode ends and
@@ -33,6 +34,7 @@ import shutil
 import statistics
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -256,8 +258,9 @@ class VectorRuns:
     """``workers`` subprocess workers (from the suite's venv); 0: the inline backend in this process.
     Built, reset and warmed up once; each ``run_once`` goes on from where the last left off."""
 
-    def __init__(self, suite: str, camera: bool, steps: int, n: int, workers: int) -> None:
+    def __init__(self, suite: str, camera: bool, steps: int, n: int, workers: int, pin: bool) -> None:
         import sim_envs
+        from sim_envs.core_claims import CLAIMS_DIR_ENV
 
         s = SUITES[suite]
         kwargs = dict(s["kwargs"])
@@ -266,8 +269,10 @@ class VectorRuns:
         elif camera:
             kwargs.update(cameras=[s["camera"]], image_size=128)
         if workers:
-            kwargs.update(backend="subprocess", num_workers=workers, python=s["python"])
+            kwargs.update(backend="subprocess", num_workers=workers, python=s["python"], pin_workers=pin)
         self.n = n
+        # Each path claims cores from a folder of its own, as a trainer alone on the machine would.
+        os.environ[CLAIMS_DIR_ENV] = tempfile.mkdtemp(prefix="rlinf-bench-claims-")
         self.venv = sim_envs.make_vector(s["env_id"], n, **kwargs)
         dim = self.venv.spec.action.dim
         low, high = np.asarray(self.venv.spec.action.low), np.asarray(self.venv.spec.action.high)
@@ -291,10 +296,14 @@ def alternating_rates(suite: str, camera: bool, steps: int, n: int, repeats: int
     envs. A drift in the machine's speed then lands on every path alike, not on the one timed last."""
     s = SUITES[suite]
     # A suite with its own venv steps in subprocess workers: one (the raw loop's compute) and two
-    # (as train runs on 2 cores). One from the main venv steps inline.
-    vector_paths = (("vector", 1), ("vector_2_workers", 2)) if s["python"] else (("vector", 0),)
+    # (as train runs on 2 cores), pinned and not. One from the main venv steps inline.
+    vector_paths = (
+        (("vector", 1, True), ("vector_2_workers", 2, True),
+         ("vector_unpinned", 1, False), ("vector_2_workers_unpinned", 2, False))
+        if s["python"] else (("vector", 0, False),)
+    )  # fmt: skip
     local = LocalRuns(suite, camera, steps, n)
-    vectors = {name: VectorRuns(suite, camera, steps, n, workers) for name, workers in vector_paths}
+    vectors = {name: VectorRuns(suite, camera, steps, n, workers, pin) for name, workers, pin in vector_paths}
     rates: dict[str, list[float]] = {"raw": [], "adapter": [], **{name: [] for name in vectors}}
     try:
         for _ in range(repeats):

@@ -44,8 +44,9 @@ class SimVectorEnv:
     ``spin_wait_s``: how long the parent and each subprocess worker poll for the other before they
     block; ``None`` spins ``SPIN_WAIT_S`` where the workers and the parent have a core each, else 0.
     ``pin_workers``: pin each subprocess worker to a core no other worker on the machine has claimed
-    (``sim_envs.core_claims``); ``None`` pins where the workers fit on this process's cores. A
-    worker that finds no free core runs unpinned. ``worker_cores`` says where each one went.
+    (``sim_envs.core_claims``); ``None`` pins where there is one worker per core this process may
+    use (as ``train`` runs on 2 cores). A worker that finds no free core runs unpinned.
+    ``worker_cores`` says where each one went.
     """
 
     def __init__(
@@ -94,8 +95,8 @@ class SimVectorEnv:
         self._conns, self._procs, self._counts = [], [], counts
         if self.spin_wait_s is None:  # spin only where every process has a core of its own
             self.spin_wait_s = SPIN_WAIT_S if num_workers + 1 <= (os.cpu_count() or 1) else 0.0
-        if self.pin_workers is None:  # on 2 cores, 2 pinned MetaWorld workers step 25 % faster
-            self.pin_workers = num_workers <= len(allowed_cores())
+        if self.pin_workers is None:  # benchmarks/worker_pinning.py, sim_suites.py: README
+            self.pin_workers = num_workers == len(allowed_cores())
         for count in counts:
             parent_sock, child_sock = socket.socketpair()
             proc = subprocess.Popen(

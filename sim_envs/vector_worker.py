@@ -6,6 +6,7 @@ pickled (command, payload) pairs. The worker exits when the parent says "close" 
 
 from __future__ import annotations
 
+import contextlib
 import signal
 import sys
 import time
@@ -130,10 +131,8 @@ def main() -> None:
     # Ctrl-C is for the parent: it saves a checkpoint and then closes us in order.
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     conn = Connection(int(sys.argv[1]))
-    try:
+    with contextlib.suppress(EOFError, ConnectionResetError, BrokenPipeError):  # the parent went away
         _worker(conn, *conn.recv())
-    except (EOFError, ConnectionResetError, BrokenPipeError):
-        pass  # the parent went away
 
 
 if __name__ == "__main__":

@@ -105,12 +105,16 @@ def test_a_closed_env_frees_its_cores_for_the_next(claims):
         venv.close()
 
 
-@pytest.mark.parametrize(("cores", "workers", "pins"), [({0, 1}, 2, True), ({0, 1}, 1, True), ({3}, 2, False)])
-def test_workers_are_pinned_by_default_only_where_they_fit_on_the_cores(
+@pytest.mark.parametrize(
+    ("cores", "workers", "pins"), [({0, 1}, 2, True), ({0, 1}, 1, False), ({3}, 2, False)]
+)
+def test_workers_are_pinned_by_default_only_where_there_is_one_per_core(
     claims, monkeypatch, cores, workers, pins
 ):
     monkeypatch.setattr(vector, "allowed_cores", lambda: cores)
-    venv = SimVectorEnv("rlinf/FrankaReach-v0", 2, backend="subprocess", num_workers=workers, env_config=CONFIG)
+    venv = SimVectorEnv(
+        "rlinf/FrankaReach-v0", 2, backend="subprocess", num_workers=workers, env_config=CONFIG
+    )
     try:
         assert venv.pin_workers is pins
     finally:

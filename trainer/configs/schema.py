@@ -36,7 +36,7 @@ class EnvConfig:
     backend: str = "subprocess"  # "inline" or "subprocess"
     num_workers: int = 2
     # Pin each subprocess worker to a free core of its own (sim_envs/core_claims.py); null: pin
-    # where the workers fit on the cores this process may use.
+    # where there is one worker per core this process may use.
     pin_workers: bool | None = None
     # The interpreter the subprocess workers run: a suite with its own venv (scripts/sim_venv.sh),
     # e.g. .venv-metaworld/bin/python. Empty: this one.
