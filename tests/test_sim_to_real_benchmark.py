@@ -29,6 +29,9 @@ def run(*args: str, cwd: Path) -> subprocess.CompletedProcess:
         (["--teachers-from", "runs/old", "--arms", "cotrain_scratch"], "not 'cotrain_scratch'"),
         (["--arms", "sim_nominal", "sim_real"], "unknown arm 'sim_real'"),
         (["--arms", "sim_nominal", "sim_calibrated"], "it goes with --policy image"),
+        (["--policy", "image", "--arms", "cotrain_scratch"], "not 'cotrain_scratch'"),
+        (["--policy", "image", "--arms", "cotrain_finetune"], "seed 0 has none: run sim_nominal first"),
+        (["--arms", "cotrain_finetune", "sim_nominal"], "seed 0 has none: run sim_nominal first"),
     ],
 )
 def test_bad_arguments_are_one_line_before_any_training(tmp_path, args, message):
