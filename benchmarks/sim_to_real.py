@@ -27,7 +27,7 @@ wall-clock budget, then its final policy is evaluated greedily on twins over the
   pose (``benchmarks/gaps/camera_mount.json``: the default dynamics and a front camera 5 cm and 5 deg
   off, a wrist camera 1.4 cm and 3 deg off);
 - ``cotrain_scratch`` / ``cotrain_finetune``: ``serve server.mode=train``, PPO on 16 sim envs + 2 twins
-  (robot weight 2), from scratch / from ``sim_nominal``'s final policy;
+  (robot weight ``--robot-weight``, 2), from scratch / from ``sim_nominal``'s final policy;
 - ``twin_only``: RLPD on 2 twins alone, from 20 episodes teleoperated on the twins by the scripted
   expert (``algo.demo_dataset``; real-world RL as HIL-SERL; the pool's one sim env has weight 0).
 
@@ -422,7 +422,14 @@ def run_arm(arm: str, seed: int, args, gap: dict, work: Path, nominal: dict | No
                      f"policy.init_from={nominal['policy']}"]  # fmt: skip
         row["started_from"] = nominal["policy"]
         policy = train_with_twins(
-            work, args.minutes, seed, twin, 2, overrides, config="ppo_pick_lift", robot_weight=2.0
+            work,
+            args.minutes,
+            seed,
+            twin,
+            2,
+            overrides,
+            config="ppo_pick_lift",
+            robot_weight=args.robot_weight,
         )
     elif arm in ("cotrain_scratch", "cotrain_finetune"):
         overrides = ["env.num_envs=16", f"env.kwargs={{{sim_kwargs}}}", *noise]
@@ -431,7 +438,14 @@ def run_arm(arm: str, seed: int, args, gap: dict, work: Path, nominal: dict | No
                 raise BenchmarkError("cotrain_finetune needs the sim_nominal arm first (same seed)")
             overrides.append(f"policy.init_from={nominal['policy']}")
         policy = train_with_twins(
-            work, args.minutes, seed, twin, 2, overrides, config="ppo_pick_lift", robot_weight=2.0
+            work,
+            args.minutes,
+            seed,
+            twin,
+            2,
+            overrides,
+            config="ppo_pick_lift",
+            robot_weight=args.robot_weight,
         )
     elif arm == "twin_only":
         # RLPD as HIL-SERL runs it: 20 teleoperated demonstrations on the robots (the twins' expert
@@ -600,6 +614,12 @@ def main() -> int:
     parser.add_argument("--eval-twins", type=int, default=5, help="twin agents evaluating at once")
     parser.add_argument("--sysid-episodes", type=int, default=20)
     parser.add_argument(
+        "--robot-weight",
+        type=float,
+        default=2.0,
+        help="co-training arms: how many times a robot transition counts a sim one's in the update",
+    )
+    parser.add_argument(
         "--sim-robot-limits",
         action="store_true",
         help="the sim applies the twin agents' safety limits (step length, target lead) as they do",
@@ -693,6 +713,8 @@ def main() -> int:
         parser.error("--twin-safety and --eval-gap go with --reevaluate")
     if args.twin_safety and args.eval_gap:
         parser.error("one diagnosis at a time: --twin-safety or --eval-gap")
+    if args.robot_weight <= 0:
+        parser.error(f"--robot-weight must be > 0, got {args.robot_weight:g}")
     if args.scale_noise_with_action and not args.action_scale_at_limits:
         parser.error("--scale-noise-with-action goes with --action-scale-at-limits")
     if args.arms is None:

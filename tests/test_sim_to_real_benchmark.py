@@ -42,6 +42,12 @@ def test_bad_arguments_are_one_line_before_any_training(tmp_path, args, message)
     assert not (tmp_path / "out.json").exists() and not (tmp_path / "runs").exists()
 
 
+def test_a_robot_weight_that_is_not_positive_is_refused(tmp_path):
+    result = run("--robot-weight", "0", "--out", str(tmp_path / "out.json"), cwd=tmp_path)
+    assert result.returncode == 2 and "--robot-weight must be > 0, got 0" in result.stderr
+    assert not (tmp_path / "out.json").exists()
+
+
 def test_a_gap_file_with_an_unknown_key_is_one_line(tmp_path):
     gap = tmp_path / "gap.json"
     gap.write_text(json.dumps({"friction_scale": [0.5, 0.5], "gravity_scale": [2.0, 2.0]}))
