@@ -414,29 +414,16 @@ def run_arm(arm: str, seed: int, args, gap: dict, work: Path, nominal: dict | No
             fitted += f", physics_curriculum_successes: {args.physics_curriculum}"
             extra.append("env.eval_kwargs={physics_curriculum_successes: 0}")
         policy = train_in_sim(work, args.minutes, seed, fitted, extra)
-    elif arm == "cotrain_finetune" and args.policy == "image":  # the camera student, on sim + twins
-        if nominal is None or not Path(nominal.get("policy") or "").is_dir():
-            raise BenchmarkError("cotrain_finetune needs the sim_nominal arm's student first (same seed)")
-        twin = replace(twin, cameras=IMAGE_CAMERAS)
-        overrides = ["env.num_envs=16", f"env.kwargs={{{STUDENT_KWARGS + limits}}}", *IMAGE_PPO,
-                     f"policy.init_from={nominal['policy']}"]  # fmt: skip
-        row["started_from"] = nominal["policy"]
-        policy = train_with_twins(
-            work,
-            args.minutes,
-            seed,
-            twin,
-            2,
-            overrides,
-            config="ppo_pick_lift",
-            robot_weight=args.robot_weight,
-        )
     elif arm in ("cotrain_scratch", "cotrain_finetune"):
         overrides = ["env.num_envs=16", f"env.kwargs={{{sim_kwargs}}}", *noise]
+        if args.policy == "image":  # sim_nominal's camera student, on camera sims + streaming twins
+            twin = replace(twin, cameras=IMAGE_CAMERAS)
+            overrides = ["env.num_envs=16", f"env.kwargs={{{STUDENT_KWARGS + limits}}}", *IMAGE_PPO]
         if arm == "cotrain_finetune":
-            if nominal is None or not Path(nominal["policy"] or "").is_dir():
+            if nominal is None or not Path(nominal.get("policy") or "").is_dir():
                 raise BenchmarkError("cotrain_finetune needs the sim_nominal arm first (same seed)")
             overrides.append(f"policy.init_from={nominal['policy']}")
+            row["started_from"] = nominal["policy"]
         policy = train_with_twins(
             work,
             args.minutes,
