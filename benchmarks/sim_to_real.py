@@ -415,10 +415,11 @@ def run_arm(arm: str, seed: int, args, gap: dict, work: Path, nominal: dict | No
             extra.append("env.eval_kwargs={physics_curriculum_successes: 0}")
         policy = train_in_sim(work, args.minutes, seed, fitted, extra)
     elif arm in ("cotrain_scratch", "cotrain_finetune"):
-        overrides = ["env.num_envs=16", f"env.kwargs={{{sim_kwargs}}}", *noise]
         if args.policy == "image":  # sim_nominal's camera student, on camera sims + streaming twins
             twin = replace(twin, cameras=IMAGE_CAMERAS)
             overrides = ["env.num_envs=16", f"env.kwargs={{{STUDENT_KWARGS + limits}}}", *IMAGE_PPO]
+        else:
+            overrides = ["env.num_envs=16", f"env.kwargs={{{sim_kwargs}}}", *noise]
         if arm == "cotrain_finetune":
             if nominal is None or not Path(nominal.get("policy") or "").is_dir():
                 raise BenchmarkError("cotrain_finetune needs the sim_nominal arm first (same seed)")
