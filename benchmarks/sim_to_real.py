@@ -75,6 +75,7 @@ ARMS = (
     "cotrain_finetune",
     "twin_only",
 )
+ONLINE_ARMS = ("cotrain_scratch", "cotrain_finetune", "twin_only")  # they learn on the twins
 SIM_KWARGS = "cameras: [], action_rotation: true, privileged_state: true"
 # Domain randomisation for sim_dr: generic ranges around nominal that a user would pick.
 DR_DYNAMICS = "friction_scale: [0.5, 1.2], object_mass_scale: [0.5, 2.0], actuator_gain_scale: [0.7, 1.2], control_latency_ms: [0.0, 60.0]"
@@ -91,9 +92,10 @@ STUDENT_UPDATES_PER_ITERATION = 200  # BC steps between the student's greedy epi
 # 140 env steps/s on 2 cores with the update; the student's sim success dips and comes back within
 # about 10 iterations (a 3-minute sim-only trial went 0.56 -> 0.13 -> 0.75 in rollouts, 0.9 greedy).
 IMAGE_PPO = ("policy.kind=cnn", f"policy.cameras=[{', '.join(IMAGE_CAMERAS)}]", "policy.activation=relu",
-             "policy.value_head=true", "algo.learning_rate=1.0e-4", "algo.update_epochs=2",
-             "algo.num_minibatches=4", "algo.critic_warmup_updates=5", "algo.value_learning_rate=3.0e-3",
-             "algo.clip_value_loss=false", "run.torch_threads=2")  # fmt: skip
+             "policy.value_head=true", "algo.update_epochs=2", "algo.num_minibatches=4",
+             "run.torch_threads=2")  # fmt: skip
+IMAGE_FINETUNE = ("algo.learning_rate=1.0e-4", "algo.critic_warmup_updates=5", "algo.value_learning_rate=3.0e-3",
+                  "algo.clip_value_loss=false")  # fmt: skip
 DR_IMAGE = f"{{{DR_DYNAMICS}, camera_pos_jitter_m: 0.02, camera_rot_jitter_deg: 3.0, light_intensity_scale: [0.5, 1.3], color_jitter: 0.1}}"
 
 
@@ -414,37 +416,20 @@ def run_arm(arm: str, seed: int, args, gap: dict, work: Path, nominal: dict | No
             fitted += f", physics_curriculum_successes: {args.physics_curriculum}"
             extra.append("env.eval_kwargs={physics_curriculum_successes: 0}")
         policy = train_in_sim(work, args.minutes, seed, fitted, extra)
-    elif arm in ("cotrain_scratch", "cotrain_finetune"):
-        if args.policy == "image":  # sim_nominal's camera student, on camera sims + streaming twins
-            twin = replace(twin, cameras=IMAGE_CAMERAS)
-            overrides = ["env.num_envs=16", f"env.kwargs={{{STUDENT_KWARGS + limits}}}", *IMAGE_PPO]
-        else:
-            overrides = ["env.num_envs=16", f"env.kwargs={{{sim_kwargs}}}", *noise]
+    elif arm in ONLINE_ARMS:
+        plan = online_arm(arm, args.policy, sim_kwargs, STUDENT_KWARGS + limits, noise)
+        twin = replace(twin, cameras=plan.cameras)
+        overrides = list(plan.overrides)
         if arm == "cotrain_finetune":
             if nominal is None or not Path(nominal.get("policy") or "").is_dir():
                 raise BenchmarkError("cotrain_finetune needs the sim_nominal arm first (same seed)")
             overrides.append(f"policy.init_from={nominal['policy']}")
             row["started_from"] = nominal["policy"]
-        policy = train_with_twins(
-            work,
-            args.minutes,
-            seed,
-            twin,
-            2,
-            overrides,
-            config="ppo_pick_lift",
-            robot_weight=args.robot_weight,
-        )
-    elif arm == "twin_only":
-        # RLPD as HIL-SERL runs it: 20 teleoperated demonstrations on the robots (the twins' expert
-        # teleop device, which grasps the cube where it is, as a person would), then RL on the robots
-        # alone; the pool's one sim env has weight 0.
-        demos = collect_twin_episodes(work / "demos", 20, 2, twin, seed, experts=2, prefix="demo")
-        overrides = ["env.num_envs=1", f"env.kwargs={{{sim_kwargs}}}", "algo.learning_starts=400",
-                     f"algo.demo_dataset={demos}", "algo.demo_episodes=0"]  # fmt: skip
-        policy = train_with_twins(
-            work, args.minutes, seed, twin, 2, overrides, config="rlpd_pick_lift", sim_weight=0.0
-        )
+        if arm == "twin_only":  # 20 demonstrations teleoperated on the robots, as HIL-SERL starts
+            demos = collect_twin_episodes(work / "demos", 20, 2, twin, seed, experts=2, prefix="demo")
+            overrides.append(f"algo.demo_dataset={demos}")
+        weights = {"sim_weight": 0.0} if arm == "twin_only" else {"robot_weight": args.robot_weight}
+        policy = train_with_twins(work, args.minutes, seed, twin, 2, overrides, config=plan.config, **weights)
     else:
         raise BenchmarkError(f"unknown arm {arm!r}; arms: {list(ARMS)}")
     row["train_wall_s"] = round(time.monotonic() - tick, 1)
@@ -481,6 +466,41 @@ def run_arm(arm: str, seed: int, args, gap: dict, work: Path, nominal: dict | No
     print(f"{arm} seed {seed}: twin success {row['twin_eval']['success_rate']:.2f} over "
           f"{row['twin_eval']['episodes']} episodes; robot episodes {row['robot_episodes']}", flush=True)  # fmt: skip
     return row
+
+
+@dataclass(frozen=True)
+class OnlineArm:
+    """How an arm that learns on the twins trains: its config, its overrides, the twins' cameras."""
+
+    config: str
+    overrides: tuple[str, ...]
+    cameras: tuple[str, ...] = ()
+
+
+def online_arm(arm: str, policy: str, sim_kwargs: str, student_kwargs: str, noise: list[str]) -> OnlineArm:
+    """``cotrain_*``: PPO on 16 sim envs + the twins; ``twin_only``: RLPD as HIL-SERL runs it, on the
+    twins alone after 20 teleoperated demonstrations (the twins' expert teleop device grasps the cube
+    where it is, as a person would; the pool's one sim env has weight 0). ``policy="image"``: a CNN
+    policy on 64 px front and wrist cameras, which the twins stream and the demonstrations record;
+    ``cotrain_finetune`` then takes small steps from ``sim_nominal``'s student (``IMAGE_FINETUNE``)."""
+    image = policy == "image"
+    cameras = IMAGE_CAMERAS if image else ()
+    env_kwargs = student_kwargs if image else sim_kwargs
+    if arm == "twin_only":
+        return OnlineArm(
+            "rlpd_pick_lift_image" if image else "rlpd_pick_lift",
+            (
+                "env.num_envs=1",
+                f"env.kwargs={{{env_kwargs}}}",
+                "algo.learning_starts=400",
+                "algo.demo_episodes=0",
+            ),
+            cameras,
+        )
+    if arm not in ("cotrain_scratch", "cotrain_finetune"):
+        raise BenchmarkError(f"{arm!r} trains in the sim alone; online arms: {list(ONLINE_ARMS)}")
+    tuning = (*IMAGE_PPO, *(IMAGE_FINETUNE if arm == "cotrain_finetune" else ())) if image else tuple(noise)
+    return OnlineArm("ppo_pick_lift", ("env.num_envs=16", f"env.kwargs={{{env_kwargs}}}", *tuning), cameras)
 
 
 def reused_state_policy(earlier: Path, row: dict) -> tuple[Path, Path | None]:
@@ -716,7 +736,7 @@ def main() -> int:
         unknown = [a for a in args.arms if a not in ARMS]
         if unknown:
             raise BenchmarkError(f"unknown arm {unknown[0]!r}; arms: {list(ARMS)}")
-        check_image_arms(args)
+        check_arm_choices(args)
     except BenchmarkError as exc:
         print(f"sim_to_real: {exc}", file=sys.stderr)
         return 2
@@ -765,19 +785,13 @@ def check_finetune_starts(args, rows: list[dict], seeds: range) -> None:
             )
 
 
-def check_image_arms(args) -> None:
-    """``--policy image`` and ``--teachers-from`` take the sim-only arms, and never the folder they reuse."""
+def check_arm_choices(args) -> None:
+    """``sim_calibrated`` goes with ``--policy image``; ``--teachers-from`` takes the sim-only arms, and
+    never the folder it reuses."""
     online = [a for a in args.arms if not a.startswith("sim_")]
-    beyond_image = [a for a in online if a != "cotrain_finetune"]
     if "sim_calibrated" in args.arms and args.policy != "image":
         raise BenchmarkError(
             "sim_calibrated calibrates the cameras, which a state policy never sees: it goes with --policy image"
-        )
-    if args.policy == "image" and beyond_image:
-        raise BenchmarkError(
-            f"--policy image runs the sim-only arms (distilled from their state policies) and "
-            f"cotrain_finetune (PPO from sim_nominal's student); not {beyond_image[0]!r}: image RL from "
-            "scratch on robots runs at about 5 env steps/s on 2 cores"
         )
     if args.teachers_from is not None:
         if online:

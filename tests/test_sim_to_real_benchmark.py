@@ -1,7 +1,9 @@
-"""``benchmarks/sim_to_real.py`` refuses bad input in one line, before any training."""
+"""``benchmarks/sim_to_real.py`` refuses bad input in one line, before any training, and its arms that
+learn on the twins give configs the trainer loads, with the cameras the twins stream."""
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import subprocess
 import sys
@@ -21,15 +23,10 @@ def run(*args: str, cwd: Path) -> subprocess.CompletedProcess:
 @pytest.mark.parametrize(
     ("args", "message"),
     [
-        (
-            ["--policy", "image", "--arms", "sim_nominal", "twin_only"],
-            "--policy image runs the sim-only arms",
-        ),
         (["--teachers-from", "runs/w", "--work", "runs/w", "--arms", "sim_dr"], "--teachers-from is --work"),
         (["--teachers-from", "runs/old", "--arms", "cotrain_scratch"], "not 'cotrain_scratch'"),
         (["--arms", "sim_nominal", "sim_real"], "unknown arm 'sim_real'"),
         (["--arms", "sim_nominal", "sim_calibrated"], "it goes with --policy image"),
-        (["--policy", "image", "--arms", "cotrain_scratch"], "not 'cotrain_scratch'"),
         (["--policy", "image", "--arms", "cotrain_finetune"], "seed 0 has none: run sim_nominal first"),
         (["--arms", "cotrain_finetune", "sim_nominal"], "seed 0 has none: run sim_nominal first"),
     ],
@@ -83,3 +80,46 @@ def test_every_gap_profile_loads_and_reality_gap_json_is_the_default_gap():
     default = asdict(REALITY_GAP)
     del default["camera_mount_offset"]
     assert mount == default
+
+
+def load_script():
+    spec = importlib.util.spec_from_file_location("sim_to_real_benchmark", SCRIPT)
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module  # its dataclasses look their module up while it loads
+    spec.loader.exec_module(module)
+    return module
+
+
+@pytest.mark.parametrize("arm", ["cotrain_scratch", "cotrain_finetune", "twin_only"])
+@pytest.mark.parametrize("policy", ["state", "image"])
+def test_online_arms_load_with_the_cameras_the_twins_stream(arm, policy):
+    from trainer.configs.loader import load_config
+
+    bench = load_script()
+    noise = ["policy.init_log_std=-1.0"]
+    plan = bench.online_arm(arm, policy, bench.SIM_KWARGS, bench.STUDENT_KWARGS, noise)
+    cfg = load_config(plan.config, list(plan.overrides))
+    assert cfg.algorithm == ("rlpd" if arm == "twin_only" else "ppo")
+    twin = bench.Twin(gap={}, action_scale={}, previous_action=False, cameras=plan.cameras)
+    driver = twin.driver_section()
+    # the policy reads exactly the cameras the twins stream, at the size they stream them
+    assert tuple(cfg.policy.cameras) == tuple(cfg.env.kwargs["cameras"]) == tuple(driver["cameras"])
+    if policy == "image":
+        assert plan.cameras == ("front", "wrist") and cfg.policy.kind == "cnn"
+        assert cfg.env.kwargs["image_height"] == cfg.env.kwargs["image_width"] == driver["image_size"]
+        assert cfg.env.kwargs["privileged_state"] is False and driver["privileged_state"] is False
+    else:
+        assert plan.cameras == () and cfg.env.kwargs["privileged_state"] is True
+    if arm == "twin_only":
+        assert cfg.env.num_envs == 1 and cfg.algo["demo_episodes"] == 0
+    else:  # finetuning takes small steps from the student; from scratch, the preset's own rate
+        assert cfg.env.num_envs == 16
+        small_steps = arm == "cotrain_finetune" and policy == "image"
+        assert (cfg.algo.get("learning_rate") == 1.0e-4) == small_steps
+        assert (cfg.policy.init_log_std == -1.0) == (policy == "state")
+
+
+def test_a_sim_only_arm_has_no_online_plan():
+    bench = load_script()
+    with pytest.raises(bench.BenchmarkError, match="trains in the sim alone"):
+        bench.online_arm("sim_dr", "state", bench.SIM_KWARGS, bench.STUDENT_KWARGS, [])
