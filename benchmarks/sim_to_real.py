@@ -38,10 +38,12 @@ until the robots' training success reached 80 % (rolling over 10), and the sysid
 front and wrist cameras and proprioception only (teacher-student distillation in the arm's own sim:
 DART episodes played by the state policy, then BC; ``sim_dr``'s student also sees randomised cameras,
 light and colours), and the twins evaluate that student through their own cameras. The state
-policies can come from an earlier run (``--teachers-from WORK``). ``cotrain_finetune`` with
-``--policy image`` fine-tunes ``sim_nominal``'s student with PPO on 16 camera sim envs + 2 twins that
-stream their cameras (``IMAGE_PPO``; about 140 env steps/s on 2 cores, so image RL from scratch,
-``cotrain_scratch`` and ``twin_only``, stays out of reach here).
+policies can come from an earlier run (``--teachers-from WORK``). The arms that learn on the twins
+learn from their cameras (``online_arm``): ``cotrain_finetune`` fine-tunes ``sim_nominal``'s student
+with PPO on 16 camera sim envs + 2 twins that stream their cameras (``IMAGE_PPO`` + ``IMAGE_FINETUNE``;
+about 94 env steps/s on 2 cores with the twins), ``cotrain_scratch`` trains a CNN policy from scratch
+so, and ``twin_only`` runs RLPD on 64 px cameras (``rlpd_pick_lift_image``; about 10 env steps/s on
+2 cores, where the state policy's RLPD keeps the twins' 20).
 
     python benchmarks/sim_to_real.py [--minutes 8] [--seeds 3] [--first-seed 0] [--eval-episodes 50]
         [--gap benchmarks/gaps/hard_dynamics.json] [--arms ...] [--update] [--previous-action]
@@ -536,9 +538,7 @@ def distill_to_image(
     """Teacher-student distillation in the arm's own sim: ``--distill-episodes`` successful episodes
     played by the state policy ``teacher`` (with DART noise ``--distill-noise``) are recorded as the
     image policy sees them (64 px front and wrist cameras, proprioception), then a CNN policy is
-    cloned from them for ``--distill-minutes``. Image RL from scratch runs at about 5 env steps/s on
-    2 cores (``rlpd_pick_lift_image``), far too slow for any budget here. A teacher that never
-    succeeds leaves no student (None)."""
+    cloned from them for ``--distill-minutes``. A teacher that never succeeds leaves no student (None)."""
     import yaml
 
     from trainer.checkpoint import POLICY_DIR, latest_checkpoint

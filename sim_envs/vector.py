@@ -82,7 +82,7 @@ class SimVectorEnv:
             self._slots = [EnvSlot(env_id, config) for _ in range(num_envs)]
             self.spec: EnvSpec = self._slots[0].env.env_spec
         else:
-            self._start_workers(config, num_workers or min(num_envs, os.cpu_count() or 1))
+            self._start_workers(config, num_workers or min(num_envs, len(allowed_cores())))
         self._closed = False
 
     # -- subprocess plumbing --------------------------------------------------------------------
@@ -93,10 +93,11 @@ class SimVectorEnv:
         num_workers = max(1, min(num_workers, self.num_envs))
         counts = [len(part) for part in np.array_split(np.arange(self.num_envs), num_workers)]
         self._conns, self._procs, self._counts = [], [], counts
+        cores = len(allowed_cores())  # this process's affinity mask: under taskset, fewer than the machine's
         if self.spin_wait_s is None:  # spin only where every process has a core of its own
-            self.spin_wait_s = SPIN_WAIT_S if num_workers + 1 <= (os.cpu_count() or 1) else 0.0
+            self.spin_wait_s = SPIN_WAIT_S if num_workers + 1 <= cores else 0.0
         if self.pin_workers is None:  # benchmarks/worker_pinning.py, sim_suites.py: README
-            self.pin_workers = num_workers == len(allowed_cores())
+            self.pin_workers = num_workers == cores
         for count in counts:
             parent_sock, child_sock = socket.socketpair()
             proc = subprocess.Popen(

@@ -113,9 +113,12 @@ def test_a_spinning_worker_gives_the_same_results_as_a_blocking_one():
         spinning.close()
 
 
-@pytest.mark.parametrize(("cpus", "workers", "spins"), [(2, 1, True), (2, 2, False), (16, 8, True)])
-def test_workers_spin_only_where_each_process_has_a_core(monkeypatch, cpus, workers, spins):
-    monkeypatch.setattr(vector.os, "cpu_count", lambda: cpus)
+@pytest.mark.parametrize(
+    ("cores", "workers", "spins"),
+    [({0, 1}, 1, True), ({0, 1}, 2, False), (set(range(16)), 8, True), ({1}, 1, False)],  # {1}: taskset -c 1
+)
+def test_workers_spin_only_where_each_process_has_a_core(monkeypatch, cores, workers, spins):
+    monkeypatch.setattr(vector, "allowed_cores", lambda: cores)  # the affinity mask, not the machine's count
     venv = SimVectorEnv("rlinf/FrankaReach-v0", workers, backend="subprocess", num_workers=workers,
                         env_config={"cameras": ()})  # fmt: skip
     try:
