@@ -419,7 +419,7 @@ def run_arm(arm: str, seed: int, args, gap: dict, work: Path, nominal: dict | No
             extra.append("env.eval_kwargs={physics_curriculum_successes: 0}")
         policy = train_in_sim(work, args.minutes, seed, fitted, extra)
     elif arm in ONLINE_ARMS:
-        plan = online_arm(arm, args.policy, sim_kwargs, STUDENT_KWARGS + limits, noise)
+        plan = online_arm(arm, args.policy, sim_kwargs, STUDENT_KWARGS + limits, noise, args.cotrain_sim_envs)
         twin = replace(twin, cameras=plan.cameras)
         overrides = list(plan.overrides)
         if arm == "cotrain_finetune":
@@ -479,8 +479,10 @@ class OnlineArm:
     cameras: tuple[str, ...] = ()
 
 
-def online_arm(arm: str, policy: str, sim_kwargs: str, student_kwargs: str, noise: list[str]) -> OnlineArm:
-    """``cotrain_*``: PPO on 16 sim envs + the twins; ``twin_only``: RLPD as HIL-SERL runs it, on the
+def online_arm(
+    arm: str, policy: str, sim_kwargs: str, student_kwargs: str, noise: list[str], sim_envs: int = 16
+) -> OnlineArm:
+    """``cotrain_*``: PPO on ``sim_envs`` sim envs + the twins; ``twin_only``: RLPD as HIL-SERL runs it, on the
     twins alone after 20 teleoperated demonstrations (the twins' expert teleop device grasps the cube
     where it is, as a person would; the pool's one sim env has weight 0). ``policy="image"``: a CNN
     policy on 64 px front and wrist cameras, which the twins stream and the demonstrations record;
@@ -502,7 +504,9 @@ def online_arm(arm: str, policy: str, sim_kwargs: str, student_kwargs: str, nois
     if arm not in ("cotrain_scratch", "cotrain_finetune"):
         raise BenchmarkError(f"{arm!r} trains in the sim alone; online arms: {list(ONLINE_ARMS)}")
     tuning = (*IMAGE_PPO, *(IMAGE_FINETUNE if arm == "cotrain_finetune" else ())) if image else tuple(noise)
-    return OnlineArm("ppo_pick_lift", ("env.num_envs=16", f"env.kwargs={{{env_kwargs}}}", *tuning), cameras)
+    return OnlineArm(
+        "ppo_pick_lift", (f"env.num_envs={sim_envs}", f"env.kwargs={{{env_kwargs}}}", *tuning), cameras
+    )
 
 
 def reused_state_policy(earlier: Path, row: dict) -> tuple[Path, Path | None]:
@@ -628,6 +632,13 @@ def main() -> int:
         help="co-training arms: how many times a robot transition counts a sim one's in the update",
     )
     parser.add_argument(
+        "--cotrain-sim-envs",
+        type=int,
+        default=16,
+        help="co-training arms: sim envs beside the 2 twins (the pool steps them in lockstep with the "
+        "twins' 100 ms ticks, so a pool step longer than a tick costs the twins whole ticks)",
+    )
+    parser.add_argument(
         "--sim-robot-limits",
         action="store_true",
         help="the sim applies the twin agents' safety limits (step length, target lead) as they do",
@@ -723,6 +734,8 @@ def main() -> int:
         parser.error("one diagnosis at a time: --twin-safety or --eval-gap")
     if args.robot_weight <= 0:
         parser.error(f"--robot-weight must be > 0, got {args.robot_weight:g}")
+    if args.cotrain_sim_envs < 1:
+        parser.error(f"--cotrain-sim-envs must be >= 1, got {args.cotrain_sim_envs}")
     if args.scale_noise_with_action and not args.action_scale_at_limits:
         parser.error("--scale-noise-with-action goes with --action-scale-at-limits")
     if args.arms is None:

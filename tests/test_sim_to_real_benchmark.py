@@ -39,9 +39,13 @@ def test_bad_arguments_are_one_line_before_any_training(tmp_path, args, message)
     assert not (tmp_path / "out.json").exists() and not (tmp_path / "runs").exists()
 
 
-def test_a_robot_weight_that_is_not_positive_is_refused(tmp_path):
-    result = run("--robot-weight", "0", "--out", str(tmp_path / "out.json"), cwd=tmp_path)
-    assert result.returncode == 2 and "--robot-weight must be > 0, got 0" in result.stderr
+@pytest.mark.parametrize(
+    ("flag", "message"),
+    [("--robot-weight", "--robot-weight must be > 0, got 0"), ("--cotrain-sim-envs", "must be >= 1, got 0")],
+)
+def test_a_co_training_mix_without_robots_or_sims_is_refused(tmp_path, flag, message):
+    result = run(flag, "0", "--out", str(tmp_path / "out.json"), cwd=tmp_path)
+    assert result.returncode == 2 and message in result.stderr
     assert not (tmp_path / "out.json").exists()
 
 
@@ -114,6 +118,8 @@ def test_online_arms_load_with_the_cameras_the_twins_stream(arm, policy):
         assert cfg.env.num_envs == 1 and cfg.algo["demo_episodes"] == 0
     else:  # finetuning takes small steps from the student; from scratch, the preset's own rate
         assert cfg.env.num_envs == 16
+        fewer = bench.online_arm(arm, policy, bench.SIM_KWARGS, bench.STUDENT_KWARGS, noise, sim_envs=4)
+        assert load_config(fewer.config, list(fewer.overrides)).env.num_envs == 4
         small_steps = arm == "cotrain_finetune" and policy == "image"
         assert (cfg.algo.get("learning_rate") == 1.0e-4) == small_steps
         assert (cfg.policy.init_log_std == -1.0) == (policy == "state")
