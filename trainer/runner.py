@@ -189,6 +189,8 @@ class Runner:
                 progress.wall_s = time.perf_counter() - start_wall
                 metrics = self._metrics(progress, result, time.perf_counter() - tick)
                 metrics.update(source_metrics(venv, result.finished))
+                if hasattr(venv, "robot_timing"):  # a sim + robot pool: the robots' ticks it cost
+                    metrics.update(venv.robot_timing())
                 if cfg.run.eval_every and progress.iteration % cfg.run.eval_every == 0:
                     metrics.update(self._evaluate(policy, progress))
                 logger.log(metrics)

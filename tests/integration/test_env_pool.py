@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import logging
+import time
+
 import numpy as np
 import pytest
 
@@ -228,3 +231,52 @@ def test_a_reset_before_any_step_closes_the_episode_it_ends_for_the_recorder(tmp
         agent.stop()
         pool.close()
         server.stop()
+
+
+class SlowSim:
+    """A sim vector env whose step outlasts the robot's 100 ms tick (as 16 camera sims do on 2 cores)."""
+
+    def __init__(self, venv, step_s: float) -> None:
+        self.venv, self.step_s = venv, step_s
+
+    def __getattr__(self, name):
+        return getattr(self.venv, name)
+
+    def chunk_step(self, actions):
+        time.sleep(self.step_s)
+        return self.venv.chunk_step(actions)
+
+
+def test_a_pool_step_that_outlasts_the_robots_tick_is_counted_in_missed_ticks(tmp_path, caplog):
+    server = start_server()
+    agent = start_agent(
+        server.server.port, tmp_path, robot_id="twin", driver={**TWIN, "max_episode_steps": 100}
+    )
+    fast = sim_envs.make_vector("rlinf/FrankaReach-v0", 1, backend="inline", **SIM)
+    slow = sim_envs.make_vector("rlinf/FrankaReach-v0", 1, backend="inline", **SIM)
+    pools = {
+        "fast": EnvPool(fast, server.server, server.loop),
+        "slow": EnvPool(SlowSim(slow, 0.25), server.server, server.loop),
+    }
+    rng = np.random.default_rng(0)
+    late = {}
+    try:
+        wait_until(lambda: "twin" in server.server.sessions, what="the robot")
+        for name, pool in pools.items():  # one after the other, on the same robot
+            assert pool.refresh() == ["twin"]
+            pool.reset(seed=1)
+            with caplog.at_level(logging.WARNING, logger="trainer.server.env_pool"):
+                for _ in range(12):
+                    assert pool.chunk_step(random_chunks(pool, rng, chunk=1)).valid[1].all()
+                late[name] = pool.robot_timing()["source/robot:twin/missed_ticks_per_step"]
+            assert pool.robot_timing() == {}  # counted afresh after each call
+            pool.robots = []  # hand the robot to the next pool
+    finally:
+        agent.stop()
+        for pool in pools.values():
+            pool.close()
+        server.stop()
+    # 250 ms of sim per step: the robot's 100 ms ticks pass while it waits, at least one per step
+    assert late["slow"] >= 1.0 and late["fast"] < 0.5, late
+    warnings = [r.getMessage() for r in caplog.records if "held" in r.getMessage()]
+    assert len(warnings) == 1 and "robot twin held" in warnings[0] and "env.num_envs" in warnings[0]

@@ -118,6 +118,7 @@ def test_ppo_trains_on_sim_and_robots_through_a_drop_and_a_rejoin(tmp_path):
     rows = metrics(run_dir)
     assert rows[0]["source/robot:a/episodes"] == rows[0]["source/robot:b/episodes"] == 1
     assert all(row["source/robot:b/episodes"] == 1 for row in rows)  # robot b carried on throughout
+    assert all(row["source/robot:b/missed_ticks_per_step"] >= 0 for row in rows)  # its real time, logged
     assert rows[-1]["source/robot:a/episodes"] == 1  # robot a rejoined the pool
     assert all(row["source/sim:rlinf/FrankaReach-v0/episodes"] == 2 for row in rows)
     assert all(key in rows[-1] for key in ("train/policy_loss", "return_mean", "success_rate"))

@@ -46,6 +46,9 @@ class _RobotSlot:
     rewards: RobotRewards = field(default_factory=EnvRewards)  # reward.source: judges each step
     last: JudgedStep = NOTHING_YET  # the newest judged step of the episode
     episode_id: str = ""  # the robot episode being played ("" before the first reset)
+    steps_played: int = 0  # since the last robot_timing()
+    ticks_missed: int = 0  # ticks the robot held for a late action, since the last robot_timing()
+    warned_late: bool = False
 
 
 class EnvPool:
@@ -181,6 +184,26 @@ class EnvPool:
         sim = replace(sim, executed=sim.executed if sim.executed is not None else np.asarray(actions[:n_sim]))
         return ChunkResult.concatenate([sim, *robots])
 
+    def robot_timing(self) -> dict[str, float]:
+        """Per robot, since the last call: the ticks it held for a late action per step it played
+        (``source/robot:<id>/missed_ticks_per_step``; 0: every step on its tick, 1: each step cost two).
+        The robots step in lockstep with the sim envs, so a pool step (the sims' step, then the batched
+        policy) that outlasts a robot's tick costs the robot whole ticks: its real time, halved or worse."""
+        metrics = {}
+        for slot in self.robots:
+            if slot.steps_played:
+                late = slot.ticks_missed / slot.steps_played
+                metrics[f"source/{slot.env.source}/missed_ticks_per_step"] = late
+                if late > 0.5 and not slot.warned_late:
+                    slot.warned_late = True
+                    log.warning(
+                        "robot %s held %.2f ticks per step for late actions: the pool's step (%d sim envs, "
+                        "then the policy) outlasts its tick; fewer sim envs (env.num_envs) keeps it on "
+                        "its ticks", slot.env.robot_id, late, self.sim.num_envs,
+                    )  # fmt: skip
+            slot.steps_played = slot.ticks_missed = 0
+        return metrics
+
     # -- robots ---------------------------------------------------------------------------------
     def _reset_robot(self, slot: _RobotSlot, seed: int | None) -> None:
         if slot.episode_id and self.judged is not None:  # the new START ends the running episode
@@ -222,6 +245,9 @@ class EnvPool:
             outcome = slot.env.play_chunk(actions)
         except (TimeoutError, asyncio.TimeoutError):
             outcome = None
+        if outcome is not None:
+            slot.steps_played += len(outcome.observations)
+            slot.ticks_missed += outcome.missed_ticks
         if outcome is None or outcome.aborted:
             log.warning("robot %s: episode aborted mid-chunk; it is not trained on", slot.env.robot_id)
             slot.obs, out.aborted = None, [0]

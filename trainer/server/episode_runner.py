@@ -38,6 +38,7 @@ class ChunkOutcome:
     aborted: bool = False  # the robot dropped, or the agent aborted the episode
     robot_left: bool = False  # the robot's stream ended (then ``end`` is an ABORTED made here)
     latest: pb.Observation | None = None  # the newest observation seen (to answer with a new chunk)
+    missed_ticks: int = 0  # ticks the robot held after the observation this chunk answers (it was late)
 
     @property
     def done(self) -> bool:
@@ -133,29 +134,31 @@ class LiveEpisode:
         session.send_actions(actions, last_seq, policy_version=self.policy_version)
         played: list[pb.Observation] = []
         wanted = len(actions) if replan_after is None else min(replan_after, len(actions))
+        missed = 0
         while True:
             held = False
             for observation in await session.observations_after(last_seq, timeout=self.step_timeout_s):
                 last_seq = observation.seq
                 if observation.episode_id != self.episode_id:  # ended without a newer step
-                    return await self._finish(played)
+                    return await self._finish(played, missed)
                 if observation.step > start_step + len(played):
                     played.append(observation)
                     self.last = observation
                     transition = observation.transition
                     if transition.terminated or transition.truncated:
-                        return await self._finish(played)
+                        return await self._finish(played, missed)
                     if len(played) == wanted:
-                        return ChunkOutcome(played, None, latest=observation)
+                        return ChunkOutcome(played, None, latest=observation, missed_ticks=missed)
                     held = False  # a late chunk ran after all
                 elif observation.holding:
                     self.last, held = observation, True
+                    missed += 1
             if not held:  # the newest observation of the batch is a step: the chunk runs on
                 continue
             # The chunk missed its tick or ran dry. Answer the newest observation of the batch, never an
             # older one: an answer to a backlogged observation is stale on arrival, and so is the next.
             if replan_after is not None:  # a fresh chunk from the policy
-                return ChunkOutcome(played, None, latest=self.last)
+                return ChunkOutcome(played, None, latest=self.last, missed_ticks=missed)
             session.send_actions(actions[len(played) :], self.last.seq, policy_version=self.policy_version)
 
     async def abort(self, reason: str) -> EpisodeEnd:
@@ -167,14 +170,14 @@ class LiveEpisode:
             end = pb.EpisodeEvent(kind=pb.EpisodeEvent.ABORTED, episode_id=self.episode_id, reason=reason)
         return EpisodeEnd(end, robot_left=self.session.state == "disconnected")
 
-    async def _finish(self, played: list[pb.Observation]) -> ChunkOutcome:
+    async def _finish(self, played: list[pb.Observation], missed: int = 0) -> ChunkOutcome:
         end = await self._end_event()
         aborted = end is not None and end.kind == pb.EpisodeEvent.ABORTED
         if end is None:  # the agent said nothing: treat the episode as ended by its last transition
             end = pb.EpisodeEvent(
                 kind=pb.EpisodeEvent.ENDED, episode_id=self.episode_id, num_steps=len(played)
             )
-        return ChunkOutcome(played, end, aborted, latest=self.last)
+        return ChunkOutcome(played, end, aborted, latest=self.last, missed_ticks=missed)
 
     async def _end_event(self) -> pb.EpisodeEvent | None:
         try:
