@@ -42,8 +42,8 @@ policies can come from an earlier run (``--teachers-from WORK``). The arms that 
 learn from their cameras (``online_arm``): ``cotrain_finetune`` fine-tunes ``sim_nominal``'s student
 with PPO on 16 camera sim envs + 2 twins that stream their cameras (``IMAGE_PPO`` + ``IMAGE_FINETUNE``;
 about 94 env steps/s on 2 cores with the twins), ``cotrain_scratch`` trains a CNN policy from scratch
-so, and ``twin_only`` runs RLPD on 64 px cameras (``rlpd_pick_lift_image``; about 10 env steps/s on
-2 cores, where the state policy's RLPD keeps the twins' 20).
+so, and ``twin_only`` runs RLPD on 64 px cameras (``rlpd_pick_lift_image``; about 7 env steps/s on
+2 cores, against the 2 twins' 20 ticks/s).
 
     python benchmarks/sim_to_real.py [--minutes 8] [--seeds 3] [--first-seed 0] [--eval-episodes 50]
         [--gap benchmarks/gaps/hard_dynamics.json] [--arms ...] [--update] [--previous-action]
