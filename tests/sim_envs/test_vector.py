@@ -9,7 +9,7 @@ import sim_envs
 from protos import ContractError
 from sim_envs import vector
 from sim_envs.vector import SimVectorEnv
-from sim_envs.vector_worker import receive
+from sim_envs.vector_worker import EnvSlot, play_chunks, receive
 
 
 def random_chunks(spec, num_envs, chunk, steps, seed=0):
@@ -36,6 +36,45 @@ def test_chunk_step_shapes_autoreset_and_valid_mask():
     # The returned observation is the first one of the next episode, not the final one.
     assert not np.allclose(second.obs["state"], np.stack([fo["state"] for fo in second.final_obs]))
     venv.close()
+
+
+class CountingEnv:
+    """Rewards 1, 2, 3, ... in an episode; terminates with success after ``success_at`` steps, or is
+    truncated after ``limit``."""
+
+    def __init__(self, success_at: int, limit: int) -> None:
+        self.success_at, self.limit, self.steps = success_at, limit, 0
+
+    def reset(self, seed=None):
+        self.steps = 0
+        return {"state": np.array([0.0], np.float32), "images": {}, "instruction": ""}, {}
+
+    def step(self, action):
+        self.steps += 1
+        won = self.steps == self.success_at
+        obs = {"state": np.array([self.steps], np.float32), "images": {}, "instruction": ""}
+        return obs, float(self.steps), won, self.steps == self.limit and not won, {"success": won}
+
+
+def test_each_envs_steps_land_in_its_own_rows_up_to_its_episodes_end():
+    slots = []
+    for success_at, limit in [(99, 99), (2, 99), (99, 3), (1, 99)]:  # runs on, wins, truncated, wins at once
+        slot = EnvSlot.__new__(EnvSlot)  # the bookkeeping around a stand-in env
+        slot.env = CountingEnv(success_at, limit)
+        slot.reset(None)
+        slots.append(slot)
+    result = play_chunks(slots, np.zeros((4, 3, 1), np.float32))
+    np.testing.assert_array_equal(result.rewards, [[1, 2, 3], [1, 2, 0], [1, 2, 3], [1, 0, 0]])
+    np.testing.assert_array_equal(result.valid, [[1, 1, 1], [1, 1, 0], [1, 1, 1], [1, 0, 0]])
+    np.testing.assert_array_equal(result.terminated, [[0, 0, 0], [0, 1, 0], [0, 0, 0], [1, 0, 0]])
+    np.testing.assert_array_equal(result.truncated, [[0, 0, 0], [0, 0, 0], [0, 0, 1], [0, 0, 0]])
+    np.testing.assert_array_equal(result.success, result.terminated)
+    assert result.rewards.dtype == np.float32 and result.valid.dtype == bool
+    assert [(e.env_index, e.episode_return, e.length, e.success) for e in result.finished] == [
+        (1, 3.0, 2, True), (2, 6.0, 3, False), (3, 1.0, 1, True)]  # fmt: skip
+    # The ended envs start their next episode; their last observations are kept.
+    np.testing.assert_array_equal(result.obs["state"][:, 0], [3, 0, 0, 0])
+    assert [None if f is None else float(f["state"][0]) for f in result.final_obs] == [None, 2.0, 3.0, 1.0]
 
 
 def test_subprocess_backend_matches_inline():
