@@ -64,8 +64,9 @@ def reset_slots(slots: list[EnvSlot], seeds: list[int | None]) -> dict[str, Any]
 def play_chunks(slots: list[EnvSlot], actions: np.ndarray) -> ChunkResult:
     """Each slot plays its ``actions[i]`` chunk; the group's results batched, env indices local (a
     worker sends one result with a few arrays, not a tuple of arrays per env). The envs' steps are
-    gathered as Python tuples and made into arrays once per group: for a one-step chunk of a fast sim
-    (Pendulum: ~13 us a step) the per-env array writes were a third of the time."""
+    gathered as Python tuples and made into arrays once per group, not written row by row: with an env
+    that does nothing, one-step chunks of 8 envs cost about 4.5 us of overhead per env step, against
+    5.3 before (on a busy machine; Pendulum's own step is about 13 us)."""
     n, chunk = len(slots), actions.shape[1]
     observations, final_obs, finished, played = [], [], [], []
     for i, (slot, chunk_actions) in enumerate(zip(slots, actions)):
