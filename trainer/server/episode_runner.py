@@ -170,7 +170,7 @@ class LiveEpisode:
             end = pb.EpisodeEvent(kind=pb.EpisodeEvent.ABORTED, episode_id=self.episode_id, reason=reason)
         return EpisodeEnd(end, robot_left=self.session.state == "disconnected")
 
-    async def _finish(self, played: list[pb.Observation], missed: int = 0) -> ChunkOutcome:
+    async def _finish(self, played: list[pb.Observation], missed: int) -> ChunkOutcome:
         end = await self._end_event()
         aborted = end is not None and end.kind == pb.EpisodeEvent.ABORTED
         if end is None:  # the agent said nothing: treat the episode as ended by its last transition
