@@ -13,7 +13,9 @@ with state only and, where the suite renders, one 128 px camera, the same random
   * vector: ``SimVectorEnv`` with one-step chunks: for a suite in its own venv, one subprocess worker
     started from that venv (the raw loop's compute) and two (as ``train`` runs on 2 cores), each
     with its workers pinned to free cores (the default) and unpinned (``_unpinned``); for an
-    env of the main venv, the inline backend. The target: vector keeps >= 0.85 of raw.
+    env of the main venv, the inline backend. The target: vector keeps >= 0.85 of raw;
+  * raw_vector (gymnasium only): gymnasium's own ``SyncVectorEnv`` of the same envs, the vector a
+    gymnasium user would reach for: what stepping ``--envs`` envs one by one in Python costs there.
 Every path runs one schedule: a reset, 10 warm-up steps, then ``--repeats`` runs that go on from
 where the last left off, so each run of raw, adapter and vector holds the same episode ends and
 resets (a MetaWorld reset costs about 30 steps). All paths are built first and then timed in rounds
@@ -178,6 +180,15 @@ def time_envs(envs: list, actions: np.ndarray) -> float:
     return actions.shape[0] * len(envs) / (time.perf_counter() - start)
 
 
+def time_vector(vector_env, actions: np.ndarray) -> float:
+    """Env steps/s of a gymnasium vector env stepped through ``actions`` [T, N, A] (it resets ended
+    episodes itself)."""
+    start = time.perf_counter()
+    for step in actions:
+        vector_env.step(step)
+    return actions.shape[0] * actions.shape[1] / (time.perf_counter() - start)
+
+
 def serve_local_runs(suite: str, camera: bool, steps: int, n: int) -> None:
     """Raw and adapter envs in this interpreter, kept alive: each line "run" on stdin times one run of
     each (raw first) and prints their rates as one JSON line, so the parent can alternate these runs
@@ -212,16 +223,24 @@ def serve_local_runs(suite: str, camera: bool, steps: int, n: int) -> None:
         ]
         ours = [our_env(s["env_id"], kwargs) for _ in range(n)]
         dim = 1
+        raw_vector = gym.make_vec(
+            s["env_id"], n, vectorization_mode="sync", max_episode_steps=kwargs["max_episode_steps"]
+        )
     actions = np.random.default_rng(0).uniform(-1, 1, (steps // n, n, dim)).astype(np.float32)
     if suite == "gymnasium":
         actions *= 2.0  # Pendulum's torque bounds
     for env in (*raw, *ours):  # once: then every path runs the same schedule as VectorRuns'
         env.reset()
     time_envs(raw, actions[:10]), time_envs(ours, actions[:10])  # warm-up: renderers, caches
+    if suite == "gymnasium":
+        raw_vector.reset(seed=0)
+        time_vector(raw_vector, actions[:10])
     print("ready", flush=True)
     for line in sys.stdin:
         if line.strip() == "run":
             rates = {"raw": time_envs(raw, actions), "adapter": time_envs(ours, actions)}
+            if suite == "gymnasium":
+                rates["raw_vector"] = time_vector(raw_vector, actions)
             print(json.dumps(rates), flush=True)
 
 
@@ -308,7 +327,7 @@ def alternating_rates(suite: str, camera: bool, steps: int, n: int, repeats: int
     try:
         for _ in range(repeats):
             for name, rate in local.run_once().items():
-                rates[name].append(rate)
+                rates.setdefault(name, []).append(rate)
             for name, runs in vectors.items():
                 rates[name].append(runs.run_once())
     finally:
@@ -384,6 +403,11 @@ def main() -> None:
             row = {
                 **{f"{k}_steps_per_s": round(v, 1) for k, v in medians.items()},
                 **{f"{k}_over_raw": round(medians[k] / medians["raw"], 3) for k in medians if k != "raw"},
+                **(
+                    {"vector_over_raw_vector": round(medians["vector"] / medians["raw_vector"], 3)}
+                    if "raw_vector" in medians
+                    else {}
+                ),
                 "runs": rates,
             }
             record["camera_128" if camera else "state"] = row
