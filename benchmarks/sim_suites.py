@@ -197,6 +197,7 @@ def serve_local_runs(suite: str, camera: bool, steps: int, n: int) -> None:
 
     s = SUITES[suite]
     kwargs = dict(s["kwargs"])
+    raw_vector = None  # gymnasium's own vector env, where the suite is plain gymnasium
     if suite == "maniskill":
         raw = [RawManiSkill(kwargs["task"], kwargs["max_episode_steps"], s["camera"] if camera else None, 128)
                for _ in range(n)]  # fmt: skip
@@ -232,14 +233,14 @@ def serve_local_runs(suite: str, camera: bool, steps: int, n: int) -> None:
     for env in (*raw, *ours):  # once: then every path runs the same schedule as VectorRuns'
         env.reset()
     time_envs(raw, actions[:10]), time_envs(ours, actions[:10])  # warm-up: renderers, caches
-    if suite == "gymnasium":
+    if raw_vector is not None:
         raw_vector.reset(seed=0)
         time_vector(raw_vector, actions[:10])
     print("ready", flush=True)
     for line in sys.stdin:
         if line.strip() == "run":
             rates = {"raw": time_envs(raw, actions), "adapter": time_envs(ours, actions)}
-            if suite == "gymnasium":
+            if raw_vector is not None:
                 rates["raw_vector"] = time_vector(raw_vector, actions)
             print(json.dumps(rates), flush=True)
 
