@@ -64,9 +64,10 @@ def reset_slots(slots: list[EnvSlot], seeds: list[int | None]) -> dict[str, Any]
 def play_chunks(slots: list[EnvSlot], actions: np.ndarray) -> ChunkResult:
     """Each slot plays its ``actions[i]`` chunk; the group's results batched, env indices local (a
     worker sends one result with a few arrays, not a tuple of arrays per env). The envs' steps are
-    gathered as Python tuples and made into arrays once per group, not written row by row: with an env
-    that does nothing, one-step chunks of 8 envs cost about 4.5 us of overhead per env step, against
-    5.3 before (on a busy machine; Pendulum's own step is about 13 us)."""
+    gathered as Python tuples and made into arrays once per group, not written row by row. One-step
+    chunks take ``play_single_steps``."""
+    if actions.shape[1] == 1:
+        return play_single_steps(slots, actions)
     n, chunk = len(slots), actions.shape[1]
     observations, final_obs, finished, played = [], [], [], []
     for i, (slot, chunk_actions) in enumerate(zip(slots, actions)):
@@ -89,6 +90,41 @@ def play_chunks(slots: list[EnvSlot], actions: np.ndarray) -> ChunkResult:
         truncated=column(truncated, bool),
         success=column(success, bool),
         valid=column([t < len(steps) for steps in played for t in range(chunk)], bool),
+    )
+
+
+def play_single_steps(slots: list[EnvSlot], actions: np.ndarray) -> ChunkResult:
+    """``play_chunks`` for chunks of one step (a state policy's PPO), written flat: no per-env chunk
+    loop, no padding, every step valid. Stepping 8 Pendulums (about 11 us a step) it costs about 1.5 us
+    per env step over the adapter, against 2.7 through the chunk path (``benchmarks/sim_suites.py``)."""
+    n = len(slots)
+    observations, final_obs, finished, rewards, flags = [], [None] * n, [], [], []
+    for i, (slot, action) in enumerate(zip(slots, actions[:, 0])):
+        obs, reward, term, trunc, info = slot.env.step(action)
+        won = bool(info["success"])
+        rewards.append(reward)
+        flags.append((term, trunc, won, True))  # the last: valid (every env plays its one step)
+        slot.episode_return += reward
+        slot.episode_length += 1
+        if won:
+            slot.episode_success = True
+        if term or trunc:
+            finished.append(
+                EpisodeSummary(i, float(slot.episode_return), slot.episode_length, slot.episode_success)
+            )
+            final_obs[i] = obs
+            obs = slot.reset(seed=None)
+        observations.append(obs)
+    flags = np.array(flags, bool)  # [n, 4]: one array, its columns views
+    return ChunkResult(
+        obs=stack_obs(observations),
+        final_obs=final_obs,
+        finished=finished,
+        rewards=np.array(rewards, np.float32)[:, None],
+        terminated=flags[:, 0:1],
+        truncated=flags[:, 1:2],
+        success=flags[:, 2:3],
+        valid=flags[:, 3:4],
     )
 
 

@@ -114,6 +114,7 @@ class GymnasiumAdapter(gym.Env):
             ) from None
         self.success_key, self.instruction = success_key, instruction or env_id
         self.cameras, self.state_keys, self.has_instruction = observation_layout(self.env.observation_space)
+        self._flat_state = isinstance(self.env.observation_space, gym.spaces.Box) and not self.cameras
         action = self.env.action_space
         if not isinstance(action, gym.spaces.Box):
             raise AdapterError(f"{env_id}: the action space is {type(action).__name__}; only a Box maps")
@@ -150,15 +151,13 @@ class GymnasiumAdapter(gym.Env):
         self._render_broken = False
 
     def _convert(self, raw: Any) -> dict[str, Any]:
-        if self.cameras == ["image"] and not isinstance(raw, dict):
-            return {"images": {"image": np.asarray(raw, np.uint8)}, "state": np.zeros(0, np.float32),
+        if self._flat_state:  # the common case, first: a fast env pays for every line here
+            state = np.asarray(raw, np.float32)
+            return {"images": {}, "state": state if state.ndim == 1 else state.ravel(),
                     "instruction": self.instruction}  # fmt: skip
         if not isinstance(raw, dict):
-            return {
-                "images": {},
-                "state": np.asarray(raw, np.float32).ravel(),
-                "instruction": self.instruction,
-            }
+            return {"images": {"image": np.asarray(raw, np.uint8)}, "state": np.zeros(0, np.float32),
+                    "instruction": self.instruction}  # fmt: skip
         state = [np.asarray(raw[k], np.float32).ravel() for k, _ in self.state_keys]
         return {
             "images": {k: np.asarray(raw[k], np.uint8) for k in self.cameras},
@@ -172,7 +171,9 @@ class GymnasiumAdapter(gym.Env):
         return self._convert(raw), {**info, "success": bool(info.get(self.success_key, False))}
 
     def step(self, action):
-        action = np.asarray(action, np.float32).reshape(self._action_shape)
+        action = np.asarray(action, np.float32)
+        if action.shape != self._action_shape:
+            action = action.reshape(self._action_shape)
         raw, reward, terminated, truncated, info = self.env.step(action)
         info = {**info, "success": bool(info.get(self.success_key, False))}
         return self._convert(raw), float(reward), bool(terminated), bool(truncated), info

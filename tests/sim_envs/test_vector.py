@@ -77,6 +77,41 @@ def test_each_envs_steps_land_in_its_own_rows_up_to_its_episodes_end():
     assert [None if f is None else float(f["state"][0]) for f in result.final_obs] == [None, 2.0, 3.0, 1.0]
 
 
+def test_one_step_chunks_keep_the_same_books_as_longer_chunks():
+    """``play_chunks`` takes a flat path for one-step chunks; step by step it must say what three-step
+    chunks say of the same episodes: rewards, ends, success, finished summaries, final observations."""
+
+    def counting_slots():
+        slots = []
+        for success_at, limit in [(99, 99), (2, 99), (99, 3), (1, 99)]:
+            slot = EnvSlot.__new__(EnvSlot)
+            slot.env = CountingEnv(success_at, limit)
+            slot.reset(None)
+            slots.append(slot)
+        return slots
+
+    chunked = play_chunks(counting_slots(), np.zeros((4, 3, 1), np.float32))
+    slots = counting_slots()
+    alive = np.ones(4, bool)  # an env whose episode ended is padded out of the 3-step chunk
+    for t in range(3):
+        step = play_chunks(slots, np.zeros((4, 1, 1), np.float32))
+        assert step.rewards.shape == step.valid.shape == (4, 1) and step.valid.all()
+        np.testing.assert_array_equal(step.rewards[alive, 0], chunked.rewards[alive, t])
+        for key in ("terminated", "truncated", "success"):
+            np.testing.assert_array_equal(getattr(step, key)[alive, 0], getattr(chunked, key)[alive, t])
+        ended = [e for e in chunked.finished if alive[e.env_index] and e.length == t + 1]
+        assert [(e.env_index, e.episode_return, e.length, e.success) for e in step.finished if alive[e.env_index]] == [
+            (e.env_index, e.episode_return, e.length, e.success) for e in ended]  # fmt: skip
+        for e in ended:
+            assert float(step.final_obs[e.env_index]["state"][0]) == float(
+                chunked.final_obs[e.env_index]["state"][0]
+            )
+            assert step.obs["state"][e.env_index, 0] == 0  # the next episode's first observation
+        alive &= ~step.done
+    # Env 0 ran on all three steps without ending; its books carry over from call to call.
+    assert slots[0].episode_length == 3 and slots[0].episode_return == 6.0
+
+
 def test_subprocess_backend_matches_inline():
     kwargs = {"cameras": (), "max_episode_steps": 6}
     inline = sim_envs.make_vector("rlinf/FrankaPush-v0", 4, **kwargs)

@@ -55,7 +55,7 @@ def train_and_evaluate(tmp_path, preset: str, overrides: list[str]) -> tuple[dic
 @pytest.mark.slow
 def test_ppo_learns_to_reach(tmp_path):
     stats, baseline = train_and_evaluate(
-        tmp_path, "ppo_reach", ["env.num_envs=8", "env.backend=inline", "run.total_env_steps=14000"]
+        tmp_path, "ppo_reach", ["env.num_envs=8", "env.backend=inline", "run.total_env_steps=8000"]
     )
     assert stats["eval_return_mean"] > baseline + 15, (stats, baseline)
 
@@ -63,7 +63,7 @@ def test_ppo_learns_to_reach(tmp_path):
 @pytest.mark.slow
 def test_grpo_learns_to_reach(tmp_path):
     stats, baseline = train_and_evaluate(
-        tmp_path, "grpo_reach", ["env.num_envs=16", "env.backend=inline", "run.total_env_steps=24000"]
+        tmp_path, "grpo_reach", ["env.num_envs=16", "env.backend=inline", "run.total_env_steps=12000"]
     )
     assert stats["eval_return_mean"] > baseline + 8, (stats, baseline)
 

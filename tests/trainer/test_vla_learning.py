@@ -1,4 +1,4 @@
-"""A tiny VLA through the real training path: SFT (``bc``, 240 updates) on scripted demos, then GRPO
+"""A tiny VLA through the real training path: SFT (``bc``, 240 updates in one iteration) on scripted demos, then GRPO
 started from the SFT checkpoint (``policy.init_from``, which freezes the state statistics); RL must
 beat its own SFT start on fixed seeds."""
 
@@ -45,7 +45,7 @@ def test_grpo_on_a_tiny_vla_beats_its_sft_start(tmp_path):
         DemoConfig("rlinf/FrankaReach-v0", 8, str(tmp_path / "demos"), env_kwargs=ENV), False
     )
     sft = load_config("bc", [*VLA, f"algo.dataset={demos.root}", "policy.value_head=false", "algo.batch_size=32",
-                             "algo.updates_per_iteration=60", "algo.image_shift=0", "run.total_env_steps=1920",
+                             "algo.updates_per_iteration=240", "algo.image_shift=0", "run.total_env_steps=480",
                              f"run.output_dir={tmp_path / 'sft'}"])  # fmt: skip
     Runner(sft).run()
     sft_policy = latest_checkpoint(tmp_path / "sft") / POLICY_DIR

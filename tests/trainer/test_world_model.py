@@ -262,7 +262,7 @@ def test_a_policy_trained_only_inside_a_world_model_improves_in_the_true_env(tmp
     train_world_model(cfg, env.env_spec, tmp_path / "wm")
     config = load_config("ppo_world_model", [
         f"env.kwargs.checkpoint={tmp_path / 'wm' / 'world_model'}", "env.kwargs.max_episode_steps=20",
-        "env.num_envs=16", "run.total_env_steps=16000", "policy.hidden_sizes=[64,64]", f"run.output_dir={tmp_path / 'ppo'}",
+        "env.num_envs=16", "run.total_env_steps=9600", "policy.hidden_sizes=[64,64]", f"run.output_dir={tmp_path / 'ppo'}",
     ])  # fmt: skip
     Runner(config).run()
     venv = sim_envs.make_vector("toy/ReachDot-v0", 16, **toy)
