@@ -77,7 +77,7 @@ def test_sac_learns_to_reach(tmp_path):
         tmp_path,
         "sac_reach",
         [
-            "run.total_env_steps=4800",
+            "run.total_env_steps=4000",
             "algo.learning_starts=800",
             *SAC_NETS,
         ],
