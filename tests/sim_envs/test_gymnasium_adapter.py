@@ -46,6 +46,51 @@ def test_subprocess_workers_import_the_module_themselves():
         venv.close()
 
 
+def test_one_step_chunks_of_a_state_row_env_say_what_its_adapters_say_stepped_by_hand():
+    """A flat-Box env's one-step chunks skip the per-env observation dicts (``step_state``, rows
+    batched at once): every step must still match the adapter's own ``step`` on the same seeds."""
+    n = 3
+    venv = sim_envs.make_vector("toy/ReachDotState-v0", n, **TOY)
+    by_hand = [sim_envs.make("toy/ReachDotState-v0", **TOY) for _ in range(n)]
+    assert by_hand[0].state_rows  # the lean path is the one under test
+    obs, _ = venv.reset(seed=5)
+    hand_obs = [env.reset(seed=5 + i)[0] for i, env in enumerate(by_hand)]
+    np.testing.assert_array_equal(obs["state"], np.stack([o["state"] for o in hand_obs]))
+    books = [[0.0, 0, False] for _ in range(n)]
+    rng = np.random.default_rng(0)
+    ends = {"terminated": 0, "truncated": 0}
+    for _ in range(45):
+        state = obs["state"]
+        toward = np.clip((state[:, 2:] - state[:, :2]) * 10, -1, 1)  # env 0 reaches its target
+        actions = np.stack([toward[0], rng.uniform(-1, 1, 2), np.zeros(2)]).astype(np.float32)
+        result = venv.chunk_step(actions[:, None, :])
+        assert (
+            result.obs["state"].dtype == np.float32
+            and result.obs["instruction"] == ["toy/ReachDotState-v0"] * n
+        )
+        expected_finished = []
+        for i, env in enumerate(by_hand):
+            step_obs, reward, terminated, truncated, info = env.step(actions[i])
+            assert result.rewards[i, 0] == np.float32(reward) and result.valid[i, 0]
+            assert (result.terminated[i, 0], result.truncated[i, 0]) == (terminated, truncated)
+            assert result.success[i, 0] == info["success"]
+            books[i] = [books[i][0] + reward, books[i][1] + 1, books[i][2] or info["success"]]
+            if terminated or truncated:
+                ends["terminated" if terminated else "truncated"] += 1
+                np.testing.assert_array_equal(result.final_obs[i]["state"], step_obs["state"])
+                expected_finished.append((i, *books[i]))
+                books[i] = [0.0, 0, False]
+                step_obs, _ = env.reset()
+            else:
+                assert result.final_obs[i] is None
+            np.testing.assert_array_equal(result.obs["state"][i], step_obs["state"])
+        got = [(e.env_index, e.episode_return, e.length, e.success) for e in result.finished]
+        assert got == [(i, pytest.approx(r), length, won) for i, r, length, won in expected_finished]
+        obs = result.obs
+    venv.close()
+    assert ends["terminated"] >= 1 and ends["truncated"] >= 2  # both ends were met, and compared
+
+
 @pytest.mark.slow
 def test_ppo_trains_on_an_outside_env_through_the_cli_config(tmp_path):
     overrides = [

@@ -1,5 +1,6 @@
-"""A toy gymnasium env registered on import (``toy/ReachDot-v0``), for the gymnasium adapter's tests:
-move a point to a target on a plane; a 32 px camera shows both; success is in ``info["is_success"]``."""
+"""Toy gymnasium envs registered on import, for the gymnasium adapter's tests: move a point to a target
+on a plane; success is in ``info["is_success"]``. ``toy/ReachDot-v0``: a 32 px camera shows both, in a
+Dict; ``toy/ReachDotState-v0``: a flat float64 Box of (position, target), no camera."""
 
 from __future__ import annotations
 
@@ -44,5 +45,15 @@ class ReachDot(gym.Env):
         return self._obs(), -distance, success, False, {"is_success": success}
 
 
+class ReachDotState(ReachDot):
+    def __init__(self) -> None:
+        super().__init__()
+        self.observation_space = gym.spaces.Box(-1.0, 1.0, (4,), np.float64)
+
+    def _obs(self) -> np.ndarray:
+        return np.concatenate([self.position, self.target])
+
+
 if "toy/ReachDot-v0" not in gym.registry:
     gym.register("toy/ReachDot-v0", entry_point=ReachDot, max_episode_steps=20)
+    gym.register("toy/ReachDotState-v0", entry_point=ReachDotState, max_episode_steps=20)
