@@ -1,6 +1,7 @@
 """Toy gymnasium envs registered on import, for the gymnasium adapter's tests: move a point to a target
 on a plane; success is in ``info["is_success"]``. ``toy/ReachDot-v0``: a 32 px camera shows both, in a
-Dict; ``toy/ReachDotState-v0``: a flat float64 Box of (position, target), no camera."""
+Dict; ``toy/ReachDotState-v0``: a flat float64 Box of (position, target), no camera;
+``toy/ReachDotSharedRow-v0``: the same in float32, written into one array it hands out every time."""
 
 from __future__ import annotations
 
@@ -54,6 +55,18 @@ class ReachDotState(ReachDot):
         return np.concatenate([self.position, self.target])
 
 
+class ReachDotSharedRow(ReachDotState):
+    def __init__(self) -> None:
+        super().__init__()
+        self.observation_space = gym.spaces.Box(-1.0, 1.0, (4,), np.float32)
+        self._row = np.zeros(4, np.float32)  # float32 as declared: the adapter takes it without a copy
+
+    def _obs(self) -> np.ndarray:
+        self._row[:2], self._row[2:] = self.position, self.target
+        return self._row
+
+
 if "toy/ReachDot-v0" not in gym.registry:
     gym.register("toy/ReachDot-v0", entry_point=ReachDot, max_episode_steps=20)
     gym.register("toy/ReachDotState-v0", entry_point=ReachDotState, max_episode_steps=20)
+    gym.register("toy/ReachDotSharedRow-v0", entry_point=ReachDotSharedRow, max_episode_steps=20)
