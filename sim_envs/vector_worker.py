@@ -119,8 +119,7 @@ def play_single_steps(slots: list[EnvSlot], actions: np.ndarray) -> ChunkResult:
             finished.append(
                 EpisodeSummary(i, float(slot.episode_return), slot.episode_length, slot.episode_success)
             )
-            # A copy of a row: an env may hand out its own state array and overwrite it on reset.
-            final_obs[i] = slot.env.observation(np.array(obs)) if rows else obs
+            final_obs[i] = slot.env.observation(obs) if rows else obs  # the adapter's own copy
             obs = slot.reset(seed=None)
             if rows:
                 obs = obs["state"]

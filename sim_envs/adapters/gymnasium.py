@@ -154,16 +154,18 @@ class GymnasiumAdapter(gym.Env):
         self._render_broken = False
 
     def _convert(self, raw: Any) -> dict[str, Any]:
+        """The shared layout, in arrays of its own (``np.array`` copies): an env may hand out one array
+        every step and overwrite it, and an episode's final observation must outlive the reset."""
         if self._flat_state:  # the common case, first: a fast env pays for every line here
-            state = np.asarray(raw, np.float32)
+            state = np.array(raw, np.float32)
             return {"images": {}, "state": state if state.ndim == 1 else state.ravel(),
                     "instruction": self.instruction}  # fmt: skip
         if not isinstance(raw, dict):
-            return {"images": {"image": np.asarray(raw, np.uint8)}, "state": np.zeros(0, np.float32),
+            return {"images": {"image": np.array(raw, np.uint8)}, "state": np.zeros(0, np.float32),
                     "instruction": self.instruction}  # fmt: skip
-        state = [np.asarray(raw[k], np.float32).ravel() for k, _ in self.state_keys]
+        state = [np.asarray(raw[k], np.float32).ravel() for k, _ in self.state_keys]  # concatenate copies
         return {
-            "images": {k: np.asarray(raw[k], np.uint8) for k in self.cameras},
+            "images": {k: np.array(raw[k], np.uint8) for k in self.cameras},
             "state": np.concatenate(state) if state else np.zeros(0, np.float32),
             "instruction": str(raw["instruction"]) if self.has_instruction else self.instruction,
         }
