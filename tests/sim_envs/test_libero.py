@@ -68,7 +68,7 @@ def test_the_vector_contract_holds_with_workers_in_liberos_venv(side_python):
 
 @pytest.mark.slow
 def test_ppo_in_libero_gets_the_hand_to_the_bowl_better_than_the_untrained_policy(side_python, tmp_path):
-    # The reach shaping (minus the hand-to-bowl distance each step): 1,920 env steps (8 rollouts of 8
+    # The reach shaping (minus the hand-to-bowl distance each step): 1,920 env steps (8 iterations of 8
     # envs x 30 steps) took the greedy return from -10.98 to -8.24 on these seeds, twice alike.
     kwargs = {"suite": "libero_spatial", "task_id": 0, "reward_type": "reach", "max_episode_steps": 30,
               "settle_steps": 0}  # fmt: skip
