@@ -46,6 +46,13 @@ def instruction_of(task: str) -> str:
     return " ".join(w.lower() for w in words)
 
 
+def episode_instructions(env: Any, default: str) -> str | list[str]:
+    """Each env's instruction where the task draws its own every episode (``instructions`` on the
+    unwrapped env, as ``PutOnPlateInScene25Primitives-v1`` does), else the task's ``default``."""
+    found = getattr(env.unwrapped, "instructions", None)
+    return list(found) if found else default
+
+
 def _numpy(value: Any) -> np.ndarray:
     value = to_numpy(value)
     return value[0] if value.ndim and value.shape[0] == 1 else value  # one env: drop the batch axis
@@ -75,6 +82,8 @@ def make_maniskill(
     try:
         import mani_skill.envs  # noqa: F401  registers the task ids
         from mani_skill import logger
+
+        import sim_envs.adapters.maniskill_put_on_plate  # noqa: F401  registers ours
 
         logger.setLevel(logging.ERROR)  # not "no CUDA device, falling back to cpu" for every env
     except ImportError:
@@ -120,16 +129,21 @@ class ObservationLayout:
     def _state_leaves(raw: Any) -> list[tuple[str, Any]]:
         return _leaves({"agent": raw["agent"], "extra": raw.get("extra", {})})
 
-    def convert(self, raw: Any, instruction: str) -> dict[str, Any]:
-        """The batch's observation: images ``[N, H, W, 3]`` uint8, state ``[N, D]`` float32."""
+    def convert(self, raw: Any, instruction: str | list[str]) -> dict[str, Any]:
+        """The batch's observation: images ``[N, H, W, 3]`` uint8, state ``[N, D]`` float32;
+        ``instruction``: one for every env, or each env's own (``episode_instructions``)."""
         if self.obs_mode == "state":
             state = to_numpy(raw).astype(np.float32)
-            return {"images": {}, "state": state.reshape(len(state), -1),
-                    "instruction": [instruction] * len(state)}  # fmt: skip
-        leaves = [to_numpy(v).astype(np.float32) for _, v in self._state_leaves(raw)]
-        state = np.concatenate([v.reshape(len(v), -1) for v in leaves], axis=1)
-        images = {c: to_numpy(raw["sensor_data"][c]["rgb"])[..., :3].astype(np.uint8) for c in self.cameras}
-        return {"images": images, "state": state, "instruction": [instruction] * len(state)}
+            state = state.reshape(len(state), -1)
+            images = {}
+        else:
+            leaves = [to_numpy(v).astype(np.float32) for _, v in self._state_leaves(raw)]
+            state = np.concatenate([v.reshape(len(v), -1) for v in leaves], axis=1)
+            images = {
+                c: to_numpy(raw["sensor_data"][c]["rgb"])[..., :3].astype(np.uint8) for c in self.cameras
+            }
+        instructions = [instruction] * len(state) if isinstance(instruction, str) else list(instruction)
+        return {"images": images, "state": state, "instruction": instructions}
 
 
 def maniskill_spec(
@@ -152,7 +166,7 @@ def maniskill_spec(
         state_fields=tuple(StateField(k, n) for k, n in layout.state_keys),
         action=ActionSpace(BOX, tuple(f"a{i}" for i in range(low.size)), tuple(low), tuple(high)),
         control_hz=hz,
-        instruction=instruction_of(task),
+        instruction=episode_instructions(env, [instruction_of(task)])[0],  # a drawn task: an example
         max_episode_steps=horizon,
         metadata={"simulator": "maniskill", "task": task, "control_mode": str(base.control_mode)},
     )
@@ -195,7 +209,8 @@ class ManiSkillEnv(gym.Env):
         self._steps = 0
 
     def _convert(self, raw: Any) -> dict[str, Any]:
-        return select_row(self.layout.convert(raw, self.env_spec.instruction), 0)
+        instruction = episode_instructions(self.env, self.env_spec.instruction)
+        return select_row(self.layout.convert(raw, instruction), 0)
 
     def reset(self, *, seed: int | None = None, options: dict | None = None):
         super().reset(seed=seed)

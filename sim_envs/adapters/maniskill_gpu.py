@@ -26,7 +26,13 @@ import numpy as np
 from protos.batch import select_row
 from sim_envs.adapters.batched import BatchedVectorEnv, BatchStep, one_batch_seed, to_numpy
 from sim_envs.adapters.gymnasium import AdapterError
-from sim_envs.adapters.maniskill import ObservationLayout, make_maniskill, maniskill_spec, task_horizon
+from sim_envs.adapters.maniskill import (
+    ObservationLayout,
+    episode_instructions,
+    make_maniskill,
+    maniskill_spec,
+    task_horizon,
+)
 
 ENV_ID = "rlinf/ManiSkillGPU-v0"
 PHYSX_GPU_URL = "https://github.com/sapien-sim/physx-precompiled/releases/download/{version}/linux-so.zip"
@@ -96,7 +102,7 @@ class ManiSkillGPUVectorEnv(BatchedVectorEnv):
         )
 
     def _observation(self) -> dict[str, Any]:
-        return self.layout.convert(self._last, self.spec.instruction)
+        return self.layout.convert(self._last, episode_instructions(self.env, self.spec.instruction))
 
     def reset(self, seed: int | None = None, seeds: list[int | None] | None = None) -> tuple[dict, dict]:
         if seeds is not None:

@@ -34,6 +34,29 @@ def test_the_env_checker_passes_on_state_and_camera_in_maniskills_venv(side_pyth
     assert found["steps_to_end"] == 12 and found["ended_by"] == "truncated"
 
 
+@pytest.mark.slow
+def test_put_on_plate_names_a_pair_each_episode_and_only_that_pair_succeeds(side_python):
+    """PutOnPlateInScene25Primitives-v1 (PutOnPlateInScene25's style, from primitives): the env
+    checker on its camera, 25 cube-plate pairs drawn by the seed, success only for the named pair."""
+    kwargs = {
+        "task": "PutOnPlateInScene25Primitives-v1",
+        "obs_mode": "rgb",
+        "image_size": 32,
+        "max_episode_steps": 6,
+    }
+    found = run_suite_checks(side_python, "rlinf/ManiSkill-v0", kwargs, "base_camera", "--plate-place")
+    assert found["spec"]["instruction"].startswith("put the ") and found["spec"]["max_episode_steps"] == 6
+    assert "extra.cube_pos" in [f["name"] for f in found["spec"]["state_fields"]]
+    assert found["same_seed_same_state"] and found["same_seed_same_frame"] and found["other_seed_other_state"]
+    assert found["image"] == [32, 32, 3] and found["image_std"] > 5
+    assert found["steps_to_end"] == 6 and found["ended_by"] == "truncated"
+    plate = found["plate"]
+    assert plate["named_on_named"] and not plate["named_on_other_plate"] and not plate["other_on_named_plate"]
+    assert plate["instruction_names_the_pair"] and plate["same_seed_same_instruction"]
+    pairs = set(plate["instructions_of_seeds"])
+    assert len(pairs) >= 15 and all(p.startswith("put the ") and p.endswith(" plate") for p in pairs), pairs
+
+
 def test_the_vector_contract_holds_with_workers_in_maniskills_venv(side_python):
     venv = sim_envs.make_vector(
         "rlinf/ManiSkill-v0", 2, backend="subprocess", num_workers=2, python=side_python,
