@@ -1,5 +1,6 @@
 """ManiSkill3 tasks behind the env contract: ``rlinf/ManiSkill-v0`` with ``task=PickCube-v1`` (any
-ManiSkill id whose assets ship in its wheel: PickCube, PushCube, StackCube, PegInsertionSide, ...).
+ManiSkill id whose assets ship in its wheel: PickCube, PushCube, StackCube, PegInsertionSide, ...;
+and ours, ``PutOnPlateInScene25Primitives-v1``, whose instruction each episode draws).
 
 * **One env, on the CPU.** SAPIEN's CPU physics (``physx_cpu``) holds one env per process, so the
   vector env spreads them over subprocess workers, started from ManiSkill's own venv
@@ -7,7 +8,8 @@ ManiSkill id whose assets ship in its wheel: PickCube, PushCube, StackCube, PegI
 * **Observation.** ``obs_mode=state``: ManiSkill's flat state vector (field ``obs``).
   ``obs_mode=rgb``: each sensor camera's RGB at ``image_size`` as a camera, and the proprioception
   and task extras (``agent.qpos``, ``extra.tcp_pose``, ...) flattened in sorted order as named
-  state fields. The instruction is the task id in words ("pick cube").
+  state fields. The instruction is the task id in words ("pick cube"), or each env's own where the
+  task draws one every episode (``episode_instructions``).
 * **Action.** The controller's Box (``control_mode``, default the task's), kind ``box``.
 * **Success / ends.** ``info["success"]``; ManiSkill's own termination; truncation at
   ``max_episode_steps`` (default: the task's registered limit).
