@@ -54,7 +54,7 @@ def test_put_on_plate_names_a_pair_each_episode_and_only_that_pair_succeeds(side
     assert plate["named_on_named"] and not plate["named_on_other_plate"] and not plate["other_on_named_plate"]
     assert plate["instruction_names_the_pair"] and plate["same_seed_same_instruction"]
     pairs = set(plate["instructions_of_seeds"])
-    assert len(pairs) >= 15 and all(p.startswith("put the ") and p.endswith(" plate") for p in pairs), pairs
+    assert len(pairs) >= 12 and all(p.startswith("put the ") and p.endswith(" plate") for p in pairs), pairs
 
 
 def test_the_vector_contract_holds_with_workers_in_maniskills_venv(side_python):
