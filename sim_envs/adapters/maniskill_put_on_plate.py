@@ -52,6 +52,7 @@ CUBE_HALF = 0.02
 PLATE_RADIUS, PLATE_HALF_THICKNESS = 0.06, 0.004
 TABLE_HEIGHT = 0.9196429  # ManiSkill's table top is z = 0, its floor z = -TABLE_HEIGHT
 FLAT = euler2quat(0, np.pi / 2, 0)  # SAPIEN's cylinders lie along x: stood on end, a plate
+UPRIGHT = (1.0, 0.0, 0.0, 0.0)
 
 
 def instruction(cube: int, plate: int) -> str:
@@ -91,7 +92,7 @@ class PutOnPlateInScene25Primitives(BaseEnv):
                 CUBE_HALF,
                 color,
                 name=name.replace(" ", "_"),
-                initial_pose=sapien.Pose(p=self._parked(i, CUBE_HALF)),
+                initial_pose=sapien.Pose(p=self._parked(i, CUBE_HALF), q=UPRIGHT),
             )
             for i, (name, color) in enumerate(CUBES.items())
         ]
@@ -135,26 +136,29 @@ class PutOnPlateInScene25Primitives(BaseEnv):
             plate_xy = torch.stack([torch.full((b,), 0.1), -0.1 * side], 1) + jitter()
             other_plate_xy = torch.stack([torch.full((b,), 0.1), 0.1 * side], 1) + jitter()
             for i, actor in enumerate(self.cubes):
-                self._place(actor, i, CUBE_HALF, [(cube, cube_xy), (other_cube, other_cube_xy)], b)
+                roles = [(cube, cube_xy), (other_cube, other_cube_xy)]
+                self._place(actor, i, self._parked(i, CUBE_HALF), CUBE_HALF, UPRIGHT, roles)
             for i, actor in enumerate(self.plates):
+                roles = [(plate, plate_xy), (other_plate, other_plate_xy)]
                 self._place(
-                    actor, i, PLATE_HALF_THICKNESS, [(plate, plate_xy), (other_plate, other_plate_xy)], b
+                    actor, i, self._parked(5 + i, PLATE_HALF_THICKNESS), PLATE_HALF_THICKNESS, FLAT, roles
                 )
             self.cube_index[env_idx], self.plate_index[env_idx] = cube, plate
             self.other_cube_index[env_idx], self.other_plate_index[env_idx] = other_cube, other_plate
             for row, env in enumerate(env_idx.tolist()):
                 self.instructions[env] = instruction(int(cube[row]), int(plate[row]))
 
-    def _place(self, actor, index: int, half_height: float, roles: list, b: int) -> None:
-        """Put ``actor`` (cube or plate number ``index``) where a role that chose it says, else park it."""
-        slot = index if half_height == CUBE_HALF else 5 + index
-        xyz = torch.tensor(self._parked(slot, half_height)).repeat(b, 1)
-        for chosen, xy in roles:
-            mine = chosen == index
+    @staticmethod
+    def _place(actor, index: int, parked: list[float], half_height: float, q, roles: list) -> None:
+        """Put cube or plate ``index`` where the role that drew it says (per env), else at ``parked``.
+        ``roles``: (drawn index [b], xy [b, 2]) pairs."""
+        b = len(roles[0][0])
+        xyz = torch.tensor(parked).repeat(b, 1)
+        for drawn, xy in roles:
+            mine = drawn == index
             xyz[mine, :2] = xy[mine]
             xyz[mine, 2] = half_height
-        q = torch.tensor([1.0, 0, 0, 0] if half_height == CUBE_HALF else list(FLAT)).repeat(b, 1)
-        actor.set_pose(Pose.create_from_pq(xyz, q))
+        actor.set_pose(Pose.create_from_pq(xyz, torch.tensor(list(q), dtype=torch.float32).repeat(b, 1)))
 
     def _positions(self, group: list, index: torch.Tensor) -> torch.Tensor:
         """[N, 3]: the position of cube or plate ``index[e]`` in each env e."""
