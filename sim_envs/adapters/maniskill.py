@@ -162,13 +162,15 @@ def maniskill_spec(
     space = getattr(base, "single_action_space", None) or env.action_space
     low, high = np.asarray(space.low, np.float64).ravel(), np.asarray(space.high, np.float64).ravel()
     hz = control_hz or float(base.control_freq)
+    drawn = episode_instructions(env, instruction_of(task))
+    instruction = drawn if isinstance(drawn, str) else drawn[0]  # a task that draws one: an example
     return EnvSpec(
         name=name,
         cameras=tuple(CameraSpec(c, image_size, image_size, hz) for c in layout.cameras),
         state_fields=tuple(StateField(k, n) for k, n in layout.state_keys),
         action=ActionSpace(BOX, tuple(f"a{i}" for i in range(low.size)), tuple(low), tuple(high)),
         control_hz=hz,
-        instruction=episode_instructions(env, [instruction_of(task)])[0],  # a drawn task: an example
+        instruction=instruction,
         max_episode_steps=horizon,
         metadata={"simulator": "maniskill", "task": task, "control_mode": str(base.control_mode)},
     )
