@@ -166,21 +166,25 @@ class PutOnPlateInScene25Primitives(BaseEnv):
         return every[index, torch.arange(len(index), device=index.device)]
 
     def evaluate(self) -> dict[str, torch.Tensor]:
-        cube, plate = (
-            self._positions(self.cubes, self.cube_index),
-            self._positions(self.plates, self.plate_index),
-        )
+        # The named pair's positions go into the info: the observation and the reward read them there.
+        cube = self._positions(self.cubes, self.cube_index)
+        plate = self._positions(self.plates, self.plate_index)
         offset = cube - plate
         on_plate = (torch.linalg.norm(offset[:, :2], dim=1) <= PLATE_RADIUS - CUBE_HALF / 2) & (
             torch.abs(offset[:, 2] - PLATE_HALF_THICKNESS - CUBE_HALF) <= 0.01
         )
         grasping = torch.stack([self.agent.is_grasping(actor) for actor in self.cubes])
         is_grasped = grasping[self.cube_index, torch.arange(self.num_envs, device=self.device)]
-        return {"success": on_plate & ~is_grasped, "is_on_plate": on_plate, "is_grasped": is_grasped}
+        return {
+            "success": on_plate & ~is_grasped,
+            "is_on_plate": on_plate,
+            "is_grasped": is_grasped,
+            "cube_pos": cube,
+            "plate_pos": plate,
+        }
 
     def _get_obs_extra(self, info: dict) -> dict[str, torch.Tensor]:
-        cube_pos = self._positions(self.cubes, self.cube_index)
-        plate_pos = self._positions(self.plates, self.plate_index)
+        cube_pos, plate_pos = info["cube_pos"], info["plate_pos"]
         obs = {"tcp_pose": self.agent.tcp_pose.raw_pose, "cube_pos": cube_pos, "plate_pos": plate_pos}
         if "state" in self.obs_mode:
             poses = torch.stack([actor.pose.raw_pose for actor in self.cubes])
@@ -195,9 +199,8 @@ class PutOnPlateInScene25Primitives(BaseEnv):
         return obs
 
     def compute_dense_reward(self, obs: Any, action: torch.Tensor, info: dict) -> torch.Tensor:
-        cube = self._positions(self.cubes, self.cube_index)
-        above_plate = self._positions(self.plates, self.plate_index)
-        above_plate = above_plate + torch.tensor(
+        cube = info["cube_pos"]
+        above_plate = info["plate_pos"] + torch.tensor(
             [0.0, 0.0, PLATE_HALF_THICKNESS + CUBE_HALF], device=self.device
         )
         reward = 1 - torch.tanh(5 * torch.linalg.norm(cube - self.agent.tcp_pose.p, dim=1))
