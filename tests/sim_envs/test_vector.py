@@ -193,12 +193,30 @@ def test_a_spinning_worker_gives_the_same_results_as_a_blocking_one():
 )
 def test_workers_spin_only_where_each_process_has_a_core(monkeypatch, cores, workers, spins):
     monkeypatch.setattr(vector, "allowed_cores", lambda: cores)  # the affinity mask, not the machine's count
+    parent_spins = []
+
+    def recording_receive(conn, spin_s):
+        parent_spins.append(spin_s)
+        return receive(conn, spin_s)
+
+    monkeypatch.setattr(vector, "receive", recording_receive)
     venv = SimVectorEnv("rlinf/FrankaReach-v0", workers, backend="subprocess", num_workers=workers,
                         env_config={"cameras": ()})  # fmt: skip
     try:
-        assert venv.spin_wait_s == (vector.SPIN_WAIT_S if spins else 0.0)
+        venv.reset(seed=0)
+        assert venv.spin_wait_s == (vector.SPIN_WAIT_S if spins else 0.0)  # the workers' wait for a command
+        # the parent's wait for the workers' answers: the ready handshake's and the reset's
+        assert parent_spins == [vector.ANSWER_SPIN_S if spins else 0.0] * (2 * workers)
     finally:
         venv.close()
+
+
+def test_the_parent_polls_through_short_waits_only_and_never_where_the_workers_block():
+    short, long = vector.ANSWER_SPIN_S / 2, vector.ANSWER_SPIN_S * 2
+    assert vector.answer_spin(vector.SPIN_WAIT_S, 0.0) == vector.ANSWER_SPIN_S  # before any wait
+    assert vector.answer_spin(vector.SPIN_WAIT_S, short) == vector.ANSWER_SPIN_S
+    assert vector.answer_spin(vector.SPIN_WAIT_S, long) == vector.SPIN_WAIT_S  # e.g. cameras rendering
+    assert vector.answer_spin(0.0, short) == vector.answer_spin(0.0, long) == 0.0
 
 
 def test_a_spinning_receive_polls_on_a_core_and_a_blocking_one_sleeps():
