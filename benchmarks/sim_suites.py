@@ -195,6 +195,8 @@ def serve_local_runs(suite: str, camera: bool, steps: int, n: int) -> None:
     with its vector env's on a machine whose speed drifts."""
     import sim_envs  # noqa: F401  picks the GL backend before mujoco is imported
 
+    # stdout carries only this protocol's lines: whatever the suite prints goes to stderr.
+    protocol, sys.stdout = sys.stdout, sys.stderr
     s = SUITES[suite]
     kwargs = dict(s["kwargs"])
     raw_vector = None  # gymnasium's own vector env, where the suite is plain gymnasium
@@ -236,13 +238,13 @@ def serve_local_runs(suite: str, camera: bool, steps: int, n: int) -> None:
     if raw_vector is not None:
         raw_vector.reset(seed=0)
         time_vector(raw_vector, actions[:10])
-    print("ready", flush=True)
+    print("ready", file=protocol, flush=True)
     for line in sys.stdin:
         if line.strip() == "run":
             rates = {"raw": time_envs(raw, actions), "adapter": time_envs(ours, actions)}
             if raw_vector is not None:
                 rates["raw_vector"] = time_vector(raw_vector, actions)
-            print(json.dumps(rates), flush=True)
+            print(json.dumps(rates), file=protocol, flush=True)
 
 
 class LocalRuns:

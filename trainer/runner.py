@@ -38,6 +38,7 @@ from trainer.run_logging import RunLogger, truncate_metrics
 
 CONFIG_FILE = "config.yaml"
 FINAL_EVAL_FILE = "final_eval.json"
+RAY_WORKERS_FILE = "ray_workers.json"  # on Ray: role -> the node id of each of its workers
 FINAL_EVAL_SEED = 20_000_000  # training resets from (seed, iteration) seeds; periodic eval from 10M
 
 
@@ -165,6 +166,8 @@ class Runner:
         self.run_dir.mkdir(parents=True, exist_ok=True)
         print(f"run directory: {self.run_dir}")
         save_config(cfg, self.run_dir / CONFIG_FILE)
+        if hasattr(venv, "worker_nodes"):  # on Ray: where each role's workers run, for a multi-node check
+            write_atomic(self.run_dir / RAY_WORKERS_FILE, json.dumps(venv.worker_nodes(), indent=2) + "\n")
         progress = Progress()
         checkpoint = latest_checkpoint(self.run_dir) if self.resume_dir else None
         if checkpoint is not None:

@@ -28,6 +28,8 @@ with ``env.python=.venv-libero/bin/python``.
 
 from __future__ import annotations
 
+import contextlib
+import io
 from pathlib import Path
 from typing import Any
 
@@ -84,7 +86,8 @@ def find_task(benchmark, suite: str, task_id: int | None, task: str):
     """(LIBERO's task, its initial states) for ``task_id`` or ``task`` (a name) in ``suite``."""
     if suite not in SUITE_HORIZONS:
         raise AdapterError(f"{ENV_ID}: unknown suite {suite!r}; LIBERO's suites are {sorted(SUITE_HORIZONS)}")
-    tasks = benchmark.get_benchmark(suite)(task_order_index=0)
+    with contextlib.redirect_stdout(io.StringIO()):  # LIBERO prints its task order at every construction
+        tasks = benchmark.get_benchmark(suite)(task_order_index=0)
     names = [tasks.get_task(i).name for i in range(tasks.n_tasks)]
     if task:
         if task not in names:

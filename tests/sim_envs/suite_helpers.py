@@ -36,7 +36,9 @@ def run_suite_checks(python: str, env_id: str, kwargs: dict, camera: str, *flags
         cwd=ROOT, capture_output=True, text=True, timeout=300, env={**os.environ, "MUJOCO_GL": "egl"},
     )  # fmt: skip
     assert result.returncode == 0, result.stderr[-3000:]
-    return json.loads(result.stdout.strip().splitlines()[-1])
+    lines = result.stdout.strip().splitlines()
+    assert len(lines) == 1, lines[:5]  # the findings alone: our envs print nothing on stdout
+    return json.loads(lines[0])
 
 
 def ppo_returns_before_and_after(

@@ -49,6 +49,13 @@ def test_every_placement_trains_ppo_with_the_same_metrics_schema(tmp_path, local
         # Pipelined modes collect with the previous weights while the actor updates: one version behind.
         assert max(lags) == (0.0 if placement == "collocated" else 1.0) and set(lags) <= {0.0, 1.0}, placement
         assert (tmp_path / placement / "checkpoints").is_dir()
+        # Where each role's workers ran: on a one-node cluster, all on this node.
+        workers = json.loads((tmp_path / placement / "ray_workers.json").read_text())
+        assert set(workers) == {"env", "rollout", "actor"} and all(workers.values()), placement
+        assert {node for nodes in workers.values() for node in nodes} == {
+            ray.get_runtime_context().get_node_id()
+        }
+    assert not (tmp_path / "sequential" / "ray_workers.json").exists()  # no Ray, no workers
 
 
 def test_auto_profiles_the_candidates_and_picks_one(tmp_path, local_ray, capsys):

@@ -1,6 +1,7 @@
 """A real multi-node Ray cluster (three raylets on this host, ``ray.cluster_utils.Cluster``): the
 multi-node config shape (env stages spread over two "sim boxes", rollout + actor on the "GPU box",
-pinned by custom node resources) joins it through ``cluster.ray_address`` and trains."""
+pinned by custom node resources) joins it through ``cluster.ray_address`` and trains; the run's
+``ray_workers.json`` says which node each worker ran on."""
 
 from __future__ import annotations
 
@@ -13,28 +14,6 @@ import pytest
 
 pytestmark = pytest.mark.slow
 MIB = 1024 * 1024
-
-SCRIPT = textwrap.dedent(
-    """
-    import json, sys
-
-    import sim_envs
-    from policies import make_policy
-    from trainer.configs import load_config
-    from trainer.configs.loader import algorithm_config
-    from trainer.distributed.session import build_distributed
-    from trainer.runner import Runner
-
-    config = load_config(sys.argv[1])
-    Runner(config).run()  # joins cluster.ray_address, trains, checkpoints
-    policy = make_policy(sim_envs.make(config.env.id, **config.env.kwargs).env_spec, config.policy)
-    trainer = build_distributed(config, policy, algorithm_config(config))
-    try:
-        print(json.dumps(trainer.worker_nodes()))
-    finally:
-        trainer.close()
-    """
-)
 
 
 def test_the_multinode_layout_runs_on_a_real_three_node_ray_cluster(tmp_path):
@@ -72,11 +51,13 @@ def test_the_multinode_layout_runs_on_a_real_three_node_ray_cluster(tmp_path):
                 """
             )
         )
+        # In its own process: joins cluster.ray_address, trains, checkpoints, says where its workers ran.
         done = subprocess.run(
-            [sys.executable, "-c", SCRIPT, str(config)], capture_output=True, text=True, timeout=300
-        )
+            [sys.executable, "-m", "trainer.cli", "train", "--config", str(config)],
+            capture_output=True, text=True, timeout=300,
+        )  # fmt: skip
         assert done.returncode == 0, done.stderr[-3000:]
-        nodes = json.loads(done.stdout.strip().splitlines()[-1])
+        nodes = json.loads((tmp_path / "run" / "ray_workers.json").read_text())
         rows = [json.loads(line) for line in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]
         assert rows[-1]["env_steps"] == 80
         head = cluster.head_node.node_id
