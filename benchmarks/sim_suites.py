@@ -12,7 +12,8 @@ with state only and, where the suite renders, one 128 px camera, the same random
   * adapter: our env class around it, in the same process;
   * vector: ``SimVectorEnv`` with one-step chunks: for a suite in its own venv, one subprocess worker
     started from that venv (the raw loop's compute) and two (as ``train`` runs on 2 cores), each
-    with its workers pinned to free cores (the default) and unpinned (``_unpinned``); for an
+    pinned or not as ``train`` chooses; with ``--pinning``, each pinned to free cores and unpinned
+    (``_unpinned``) instead (two more sets of workers: LIBERO's cameras then outgrow 24 GiB); for an
     env of the main venv, the inline backend. The target: vector keeps >= 0.85 of raw;
   * raw_vector (gymnasium only): gymnasium's own ``SyncVectorEnv`` of the same envs, the vector a
     gymnasium user would reach for: what stepping ``--envs`` envs one by one in Python costs there.
@@ -23,12 +24,13 @@ of one run each, so a drift in this shared machine's speed lands on all of them;
 rounds. Then PPO (``--ppo-minutes`` per suite, state) through ``rlinf-trainer train``: success and
 return against wall time from its metrics.jsonl.
 
-    python benchmarks/sim_suites.py [--steps 1600] [--camera-steps 240] [--repeats 5] [--ppo-minutes 3] [--out FILE]
+    python benchmarks/sim_suites.py [--steps 1600] [--camera-steps 240] [--repeats 5] [--ppo-minutes 3] [--pinning] [--out FILE]
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import platform
@@ -262,16 +264,27 @@ class LocalRuns:
     def _expect(self, what: str) -> str:
         line = self.proc.stdout.readline()
         if not line:
-            raise RuntimeError(f"the {what} step of the suite's raw-env process failed (its stderr is above)")
+            raise RuntimeError(self._died(what))
         return line
 
+    def _died(self, what: str) -> str:
+        code = self.proc.wait(timeout=60)
+        killed = " (killed: out of memory? try fewer --envs)" if code == -9 else ""
+        return (
+            f"the suite's raw-env process died in its {what} step, exit {code}{killed}; its stderr is above"
+        )
+
     def run_once(self) -> dict[str, float]:
-        self.proc.stdin.write("run\n")
-        self.proc.stdin.flush()
+        try:
+            self.proc.stdin.write("run\n")
+            self.proc.stdin.flush()
+        except BrokenPipeError:
+            raise RuntimeError(self._died("timing")) from None
         return json.loads(self._expect("timing"))
 
     def close(self) -> None:
-        self.proc.stdin.close()
+        with contextlib.suppress(BrokenPipeError):
+            self.proc.stdin.close()
         self.proc.wait(timeout=60)
 
 
@@ -280,7 +293,7 @@ class VectorRuns:
     """``workers`` subprocess workers (from the suite's venv); 0: the inline backend in this process.
     Built, reset and warmed up once; each ``run_once`` goes on from where the last left off."""
 
-    def __init__(self, suite: str, camera: bool, steps: int, n: int, workers: int, pin: bool) -> None:
+    def __init__(self, suite: str, camera: bool, steps: int, n: int, workers: int, pin: bool | None) -> None:
         import sim_envs
         from sim_envs.core_claims import CLAIMS_DIR_ENV
 
@@ -313,17 +326,21 @@ class VectorRuns:
         self.venv.close()
 
 
-def alternating_rates(suite: str, camera: bool, steps: int, n: int, repeats: int) -> dict[str, list[float]]:
+def alternating_rates(
+    suite: str, camera: bool, steps: int, n: int, repeats: int, pinning: bool
+) -> dict[str, list[float]]:
     """Every path built once, then ``repeats`` rounds of one run each: raw, adapter, then the vector
     envs. A drift in the machine's speed then lands on every path alike, not on the one timed last."""
     s = SUITES[suite]
     # A suite with its own venv steps in subprocess workers: one (the raw loop's compute) and two
-    # (as train runs on 2 cores), pinned and not. One from the main venv steps inline.
-    vector_paths = (
-        (("vector", 1, True), ("vector_2_workers", 2, True),
-         ("vector_unpinned", 1, False), ("vector_2_workers_unpinned", 2, False))
-        if s["python"] else (("vector", 0, False),)
-    )  # fmt: skip
+    # (as train runs on 2 cores), pinned as train pins them, or pinned and not. One from the main
+    # venv steps inline.
+    vector_paths = (("vector", 1, None), ("vector_2_workers", 2, None))
+    if pinning:
+        vector_paths = (("vector", 1, True), ("vector_2_workers", 2, True),
+                        ("vector_unpinned", 1, False), ("vector_2_workers_unpinned", 2, False))  # fmt: skip
+    if not s["python"]:
+        vector_paths = (("vector", 0, None),)
     local = LocalRuns(suite, camera, steps, n)
     vectors = {name: VectorRuns(suite, camera, steps, n, workers, pin) for name, workers, pin in vector_paths}
     rates: dict[str, list[float]] = {"raw": [], "adapter": [], **{name: [] for name in vectors}}
@@ -376,6 +393,9 @@ def main() -> None:
     parser.add_argument(
         "--suites", default=",".join(SUITES), help="run these; others' records in --out are kept"
     )
+    parser.add_argument(
+        "--pinning", action="store_true", help="time the workers pinned and unpinned, not as train pins them"
+    )
     parser.add_argument("--local", nargs=2, metavar=("SUITE", "CAMERA"), help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.local:  # run by LocalRuns in the suite's interpreter
@@ -401,7 +421,7 @@ def main() -> None:
         }
         for camera in (False, True) if s["camera"] else (False,):
             steps = args.camera_steps if camera else args.steps
-            rates = alternating_rates(suite, camera, steps, args.envs, args.repeats)
+            rates = alternating_rates(suite, camera, steps, args.envs, args.repeats, args.pinning)
             medians = {k: statistics.median(v) for k, v in rates.items()}
             row = {
                 **{f"{k}_steps_per_s": round(v, 1) for k, v in medians.items()},
