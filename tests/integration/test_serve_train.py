@@ -38,6 +38,11 @@ train:
     - algo.num_minibatches=2
 """
 
+# The reward-source tests need a few robot episodes, not a learning curve: 5 iterations, not 10. At
+# 120 env steps the classifier's successes began in the 2nd iteration, and every iteration of the
+# human-label test held one success and one failure.
+REWARD_SOURCE_YAML = SERVE_YAML.replace("run.total_env_steps=240", "run.total_env_steps=120")
+assert "run.total_env_steps=120" in REWARD_SOURCE_YAML
 
 RLPD_YAML = """
 server: {mode: train, insecure: true, host: 127.0.0.1, port: 0}
@@ -223,7 +228,8 @@ def test_a_classifier_rewards_and_ends_episodes_of_a_twin_that_hides_its_reward(
     classifier = height_classifier(tmp_path, env.env_spec, home_z)
     env.close()
     config = train_config(tmp_path, "train.min_robots=1", "reward.source=classifier",
-                          f"reward.classifier={classifier}", "reward.consecutive_frames=2")  # fmt: skip
+                          f"reward.classifier={classifier}", "reward.consecutive_frames=2",
+                          yaml=REWARD_SOURCE_YAML)  # fmt: skip
     started, link, outcome = threading.Event(), {}, {}
 
     def on_started(server) -> None:
@@ -269,7 +275,7 @@ def test_a_humans_labels_are_the_rewards_of_a_twin_that_hides_its_own(tmp_path):
     idle = [TeleopReading()] * 3
     readings = ([*idle, TeleopReading(label="success"), *idle, TeleopReading(label="failure")]) * 30
     write_trace(tmp_path / "trace.jsonl", readings)
-    config = train_config(tmp_path, "train.min_robots=1", "reward.source=human")
+    config = train_config(tmp_path, "train.min_robots=1", "reward.source=human", yaml=REWARD_SOURCE_YAML)
     link, started, outcome = {}, threading.Event(), {}
     thread = threading.Thread(
         target=lambda: outcome.setdefault(
