@@ -13,8 +13,8 @@ with state only and, where the suite renders, one 128 px camera, the same random
   * vector: ``SimVectorEnv`` with one-step chunks: for a suite in its own venv, one subprocess worker
     started from that venv (the raw loop's compute) and two (as ``train`` runs on 2 cores), each
     pinned or not as ``train`` chooses; with ``--pinning``, each pinned to free cores and unpinned
-    (``_unpinned``) instead (two more sets of workers: LIBERO's cameras then outgrow 24 GiB); for an
-    env of the main venv, the inline backend. The target: vector keeps >= 0.85 of raw;
+    (``_unpinned``) instead (two more sets of workers); for an env of the main venv, the inline
+    backend. The target: vector keeps >= 0.85 of raw;
   * raw_vector (gymnasium only): gymnasium's own ``SyncVectorEnv`` of the same envs, the vector a
     gymnasium user would reach for: what stepping ``--envs`` envs one by one in Python costs there.
 Every path runs one schedule: a reset, 10 warm-up steps, then ``--repeats`` runs that go on from
@@ -23,6 +23,9 @@ resets (a MetaWorld reset costs about 30 steps). All paths are built first and t
 of one run each, so a drift in this shared machine's speed lands on all of them; medians of the
 rounds. Then PPO (``--ppo-minutes`` per suite, state) through ``rlinf-trainer train``: success and
 return against wall time from its metrics.jsonl.
+
+Memory: each path holds ``--envs`` envs. LIBERO with a camera holds about 0.9 GB per env, so at 8 envs
+its raw and adapter envs (14 GB) and the workers' outgrow 24 GiB: there, ``--envs 4``.
 
     python benchmarks/sim_suites.py [--steps 1600] [--camera-steps 240] [--repeats 5] [--ppo-minutes 3] [--pinning] [--out FILE]
 """
@@ -416,7 +419,8 @@ def main() -> None:
         s = SUITES[suite]
         record: dict = {
             "settings": {
-                k: getattr(args, k) for k in ("steps", "camera_steps", "envs", "repeats", "ppo_minutes")
+                k: getattr(args, k)
+                for k in ("steps", "camera_steps", "envs", "repeats", "ppo_minutes", "pinning")
             }
         }
         for camera in (False, True) if s["camera"] else (False,):
