@@ -166,8 +166,8 @@ class Runner:
         self.run_dir.mkdir(parents=True, exist_ok=True)
         print(f"run directory: {self.run_dir}")
         save_config(cfg, self.run_dir / CONFIG_FILE)
-        if hasattr(venv, "worker_nodes"):  # on Ray: where each role's workers run, for a multi-node check
-            write_atomic(self.run_dir / RAY_WORKERS_FILE, json.dumps(venv.worker_nodes(), indent=2) + "\n")
+        if hasattr(venv, "started_on"):  # on Ray: where each role's workers started, for a multi-node check
+            write_atomic(self.run_dir / RAY_WORKERS_FILE, json.dumps(venv.started_on, indent=2) + "\n")
         progress = Progress()
         checkpoint = latest_checkpoint(self.run_dir) if self.resume_dir else None
         if checkpoint is not None:

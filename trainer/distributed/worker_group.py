@@ -91,8 +91,10 @@ class WorkerGroup:
                 self.plan.cores("actor"),
             )
         )
-        nodes = self.worker_nodes()
-        log.info("workers on Ray nodes: %s", {role: [n[:8] for n in ids] for role, ids in nodes.items()})
+        self.started_on = self.worker_nodes()  # the run's ray_workers.json
+        log.info(
+            "workers on Ray nodes: %s", {role: [n[:8] for n in ids] for role, ids in self.started_on.items()}
+        )
 
     def worker_nodes(self) -> dict[str, list[str]]:
         """Role -> the Ray node id of each of its workers (env: one per stage)."""
