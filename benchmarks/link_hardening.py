@@ -8,11 +8,15 @@ clients written from ``robot_link.proto`` alone talk to it on loopback. Reported
     camera, 30-step episodes of all-black JPEGs: tiny on the wire, 3 MB each decoded): the budget
     the trainer computed, and the trainer's RSS growth while --sessions such robots each send an
     episode at once, per session;
-  * that an honest robot's episode is still stored afterwards, and the trainer still runs.
+  * that an honest robot's episode is still stored afterwards, and the trainer still runs;
+  * (issue 61) the trainer's RSS around 40 refused 20 MB registrations; how many of 400 sessions
+    opened by one client are admitted; and, from ``benchmarks/link_fairness.py``, an honest robot's
+    round trip p99 and holds while 4 hostile sessions send malformed frames, oversized fields or
+    open many sessions, beside its quiet value.
 Before the fix (issue 23): a 4096x4096 camera with 30-step episodes drove the trainer to 23.3 GB and
 the kernel killed it; 1.4 M cameras were accepted (430 MB kept per registration, 6-10 s blocked).
 
-    python benchmarks/link_hardening.py [--sessions 4] [--out FILE]
+    python benchmarks/link_hardening.py [--sessions 4] [--fairness-seconds 10] [--out FILE]
 """
 
 from __future__ import annotations
@@ -112,9 +116,9 @@ def free_port() -> int:
         return sock.getsockname()[1]
 
 
-def start_trainer(port: int, record_dir: Path) -> subprocess.Popen:
+def start_trainer(port: int, record_dir: Path, *overrides: str) -> subprocess.Popen:
     command = [sys.executable, "-m", "trainer.cli", "serve", "--insecure", "server.host=127.0.0.1",
-               f"server.port={port}", f"data.record_dir={record_dir}", "collect.policy=hold"]  # fmt: skip
+               f"server.port={port}", f"data.record_dir={record_dir}", "collect.policy=hold", *overrides]  # fmt: skip
     trainer = subprocess.Popen(
         command, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True
     )
@@ -129,17 +133,56 @@ def start_trainer(port: int, record_dir: Path) -> subprocess.Popen:
     raise SystemExit("the trainer did not listen within 60 s")
 
 
+def refusal_memory(port: int, pid: int, count: int = 40) -> dict:
+    """The trainer's RSS before and after ``count`` registrations of 20 MB, each refused (its
+    instruction is over the limit). Before the fix each one left about 17 MB behind."""
+    huge = link_codec.spec_to_proto(spec("huge-instruction"))
+    huge.instruction = "x" * (20 << 20)
+    before = rss_mb(pid)
+    codes = set()
+    for i in range(count):
+        client = RawClient(port).send(register(f"big-{i}", huge))
+        client.ended(60)
+        codes.add(client.status.name if client.status else "no answer")
+        client.close()
+    time.sleep(0.5)
+    after = rss_mb(pid)
+    return {"refusals": count, "statuses": sorted(codes), "rss_mb_before": round(before, 1),
+            "rss_mb_after": round(after, 1), "rss_growth_mb_per_refusal": round((after - before) / count, 2)}  # fmt: skip
+
+
+def session_cap(port: int, attempts: int = 400) -> dict:
+    """One client opens ``attempts`` sessions with as many ids: how many are admitted."""
+    clients = [RawClient(port).send(register(f"many-{i}", link_codec.spec_to_proto(spec("many"))))
+               for i in range(attempts)]  # fmt: skip
+    time.sleep(3.0)
+    refused = [c for c in clients if c.status is not None]
+    reasons = sorted({c.details.split(",")[0][:80] for c in refused})
+    for client in clients:
+        client.close()
+    return {
+        "attempted": attempts,
+        "admitted": attempts - len(refused),
+        "refused": len(refused),
+        "reasons": reasons,
+    }
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--sessions", type=int, default=4, help="hostile-but-admitted robots at once")
     parser.add_argument("--out", type=Path, default=ROOT / "benchmarks" / "results" / "link_hardening.json")
+    parser.add_argument("--fairness-seconds", type=float, default=10.0, help="per attack (0: skip)")
     args = parser.parse_args()
 
     import simplejpeg
 
     port = free_port()
     workdir = Path(tempfile.mkdtemp(prefix="rlinf-hardening-"))
-    trainer = start_trainer(port, workdir / "dataset")
+    # The misbehaviour penalty is lifted here: the rows below send refused messages back to back.
+    trainer = start_trainer(
+        port, workdir / "dataset", "server.bad_sessions_per_s=1e6", "server.bad_bytes_per_s=1e12"
+    )
     results: dict = {"benchmark": "link_hardening", "registrations": {}}
     try:
         time.sleep(1.0)
@@ -158,6 +201,10 @@ def main() -> None:
             print(f"{name:>22}: {code} in {1000 * seconds:.0f} ms", flush=True)
         results["registrations_refused"] = f"{refused}/{len(results['registrations'])}"
         results["rss_mb_after_hostile_registrations"] = round(rss_mb(trainer.pid), 1)
+        results["refused_20mb_registrations"] = refusal_memory(port, trainer.pid)
+        print(f"40 refused 20 MB registrations: {results['refused_20mb_registrations']}", flush=True)
+        results["session_cap"] = session_cap(port)
+        print(f"sessions: {results['session_cap']}", flush=True)
 
         big = spec("big-black", 1024)
         budget = session_budget(big)
@@ -205,6 +252,10 @@ def main() -> None:
     finally:
         trainer.terminate()
         trainer.wait(30)
+    if args.fairness_seconds > 0:
+        from benchmarks.link_fairness import run as fairness
+
+        results["fairness"] = fairness(args.fairness_seconds)
     print(f"refused {results['registrations_refused']}; honest episode stored afterwards: "
           f"{results['honest_episode_stored_after']}; trainer alive: {results['trainer_alive']}")  # fmt: skip
     args.out.parent.mkdir(parents=True, exist_ok=True)

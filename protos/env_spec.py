@@ -11,6 +11,7 @@ Actions are float32[action_dim] for one step or float32[chunk, action_dim] for a
 from __future__ import annotations
 
 import dataclasses
+import functools
 import math
 import string
 from collections.abc import Mapping, Sequence
@@ -50,12 +51,45 @@ class CameraSpec:
         return (self.height, self.width, 3)
 
 
+# Default bounds of a state field, by what its name says it holds (first match wins); a spec may
+# declare its own. Values outside a field's bounds are refused at the step, so that no episode can
+# put absurd (if finite) values into a dataset's statistics.
+STATE_BOUNDS_BY_KIND: tuple[tuple[tuple[str, ...], tuple[float, float]], ...] = (
+    (("quat",), (-1.01, 1.01)),  # unit quaternions
+    (("force", "torque", "wrench", "effort"), (-1e4, 1e4)),  # N, N m
+    (("vel",), (-100.0, 100.0)),  # m/s, rad/s
+    (("pos", "rel", "width", "distance", "joint"), (-100.0, 100.0)),  # m, rad
+)
+DEFAULT_STATE_BOUNDS = (-1e4, 1e4)  # anything else
+DEFAULT_REWARD_RANGE = (-1e3, 1e3)  # per step
+
+
 @dataclass(frozen=True)
 class StateField:
-    """A named slice of the state vector, e.g. ``StateField("ee_pos", 3)``."""
+    """A named slice of the state vector, e.g. ``StateField("ee_pos", 3)``. ``low`` / ``high``: the
+    range every value of the field stays in (None: the default for its kind, :func:`default_bounds`)."""
 
     name: str
     size: int
+    low: float | None = None
+    high: float | None = None
+
+    @property
+    def bounds(self) -> tuple[float, float]:
+        default = default_bounds(self.name)
+        return (
+            default[0] if self.low is None else self.low,
+            default[1] if self.high is None else self.high,
+        )
+
+
+def default_bounds(field_name: str) -> tuple[float, float]:
+    """The bounds a state field of this name gets unless its spec declares its own."""
+    name = field_name.lower()
+    for words, bounds in STATE_BOUNDS_BY_KIND:
+        if any(word in name for word in words):
+            return bounds
+    return DEFAULT_STATE_BOUNDS
 
 
 @dataclass(frozen=True)
@@ -108,6 +142,7 @@ class EnvSpec:
     instruction: str
     max_episode_steps: int
     metadata: Mapping[str, Any] = field(default_factory=dict)
+    reward_range: tuple[float, float] = DEFAULT_REWARD_RANGE  # a step's reward stays in [low, high]
 
     def __post_init__(self) -> None:
         names = [c.name for c in self.cameras]
@@ -134,6 +169,14 @@ class EnvSpec:
         for f in self.state_fields:
             if f.size < 1:
                 raise ValueError(f"state field {f.name!r} must have size >= 1, got {f.size}")
+            low, high = f.bounds
+            if not (math.isfinite(low) and math.isfinite(high) and low < high):
+                raise ValueError(
+                    f"state field {f.name!r} bounds must be finite with low < high, got [{low}, {high}]"
+                )
+        low, high = self.reward_range
+        if not (math.isfinite(low) and math.isfinite(high) and low < high):
+            raise ValueError(f"reward_range must be finite with low < high, got [{low}, {high}]")
         if self.max_episode_steps <= 0:
             raise ValueError(f"max_episode_steps must be > 0, got {self.max_episode_steps}")
 
@@ -159,6 +202,13 @@ class EnvSpec:
             start += f.size
         return slices
 
+    @functools.cached_property
+    def state_bounds(self) -> tuple[np.ndarray, np.ndarray]:
+        """Per-dimension ``(low, high)`` of the state vector, float32."""
+        low = [f.bounds[0] for f in self.state_fields for _ in range(f.size)]
+        high = [f.bounds[1] for f in self.state_fields for _ in range(f.size)]
+        return np.asarray(low, np.float32), np.asarray(high, np.float32)
+
     def state_names(self) -> list[str]:
         """A name per state dimension: ``tcp_pos.0``, ``tcp_pos.1`` ... (a 1-D field keeps its name)."""
         return [f.name if f.size == 1 else f"{f.name}.{i}" for f in self.state_fields for i in range(f.size)]
@@ -174,7 +224,12 @@ class EnvSpec:
                 )  # older files stay as they were
                 for c in self.cameras
             ],
-            "state_fields": [{"name": f.name, "size": f.size} for f in self.state_fields],
+            "state_fields": [
+                {"name": f.name, "size": f.size}
+                | ({"low": f.low} if f.low is not None else {})
+                | ({"high": f.high} if f.high is not None else {})
+                for f in self.state_fields
+            ],
             "action": {
                 "kind": self.action.kind,
                 "names": list(self.action.names),
@@ -185,7 +240,7 @@ class EnvSpec:
             "instruction": self.instruction,
             "max_episode_steps": self.max_episode_steps,
             "metadata": dict(self.metadata),
-        }
+        } | ({"reward_range": list(self.reward_range)} if self.reward_range != DEFAULT_REWARD_RANGE else {})
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> EnvSpec:
@@ -204,6 +259,7 @@ class EnvSpec:
             instruction=data["instruction"],
             max_episode_steps=int(data["max_episode_steps"]),
             metadata=dict(data.get("metadata", {})),
+            reward_range=tuple(float(x) for x in data.get("reward_range", DEFAULT_REWARD_RANGE)),
         )
 
 

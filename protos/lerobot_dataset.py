@@ -118,9 +118,13 @@ class LeRobotWriter:
         folder = self.root / ".staging" / uuid.uuid4().hex
         folder.mkdir(parents=True)
         videos, image_stats = {}, {}
-        for camera, frames in episode.images.items():
-            videos[camera] = folder / f"{camera}.mp4"
-            image_stats[f"observation.images.{camera}"] = self._write_video(videos[camera], frames)
+        try:
+            for camera, frames in episode.images.items():
+                videos[camera] = folder / f"{camera}.mp4"
+                image_stats[f"observation.images.{camera}"] = self._write_video(videos[camera], frames)
+        except BaseException:  # a frame that does not decode: the episode is refused, nothing is left
+            shutil.rmtree(folder, ignore_errors=True)
+            raise
         return StagedEpisode(episode, folder, videos, image_stats)
 
     def commit(self, staged: StagedEpisode) -> int:
@@ -357,6 +361,9 @@ class LeRobotWriter:
         return stats
 
     def _merge_stats(self, episode: dict[str, dict]) -> None:
+        """Fold one episode's statistics in, weighted by its frames: with every value inside its
+        declared bounds (robot steps are refused outside them, ``link_codec.check_observation``), one
+        episode moves the means and quantiles by at most its share of the frames times the range."""
         for name, new in episode.items():
             old = self.stats.get(name)
             if old is None:

@@ -13,13 +13,21 @@ from collections.abc import Mapping
 import numpy as np
 import simplejpeg
 
+from protos import field_limits
 from protos import robot_link_pb2 as pb
-from protos.env_spec import LINK_DOWNSCALES, ActionSpace, CameraSpec, EnvSpec, StateField
+from protos.env_spec import (
+    DEFAULT_REWARD_RANGE,
+    LINK_DOWNSCALES,
+    ActionSpace,
+    CameraSpec,
+    EnvSpec,
+    StateField,
+)
 
 PROTOCOL_VERSION = 1
 AGENT_VERSION = "0.1.0"
 # Messages on the link stay under this; spooled episodes are uploaded in parts that fit.
-MAX_MESSAGE_BYTES = 32 * 1024 * 1024
+MAX_MESSAGE_BYTES = field_limits.TRANSPORT_BYTES
 MAX_IMAGE_PIXELS = 4096 * 4096
 MAX_CHUNK_VALUES = 4096
 # Bounds on what a registration may declare: checked before anything is built from it.
@@ -27,8 +35,8 @@ MAX_CAMERAS = 16
 MAX_STATE_FIELDS = 64
 MAX_STATE_DIM = 1024
 MAX_ACTION_DIM = 64
-MAX_NAME_CHARS = 128
-MAX_INSTRUCTION_CHARS = 4096
+MAX_NAME_CHARS = field_limits.MAX_ID_CHARS
+MAX_INSTRUCTION_CHARS = field_limits.MAX_INSTRUCTION_CHARS
 MAX_METADATA_ITEMS = 64
 MAX_CONTROL_HZ = 1000.0
 MAX_EPISODE_STEPS = 100_000
@@ -36,6 +44,9 @@ MAX_EPISODE_STEPS = 100_000
 MAX_PROBE_BYTES = 2 * 1024 * 1024
 # A JPEG may exceed its raw size on tiny or noisy images by its headers and tables.
 JPEG_OVERHEAD_BYTES = 4096
+
+# Trailing metadata of a refusal that may pass later (a session cap): seconds to wait before retrying.
+RETRY_AFTER_KEY = "rlinf-retry-after-s"
 
 CODECS = {"jpeg": pb.CODEC_JPEG, "raw": pb.CODEC_RAW_RGB8}
 
@@ -54,7 +65,9 @@ def spec_to_proto(spec: EnvSpec) -> pb.EnvSpec:
             )
             for c in spec.cameras
         ],
-        state_fields=[pb.StateField(name=f.name, size=f.size) for f in spec.state_fields],
+        state_fields=[
+            pb.StateField(name=f.name, size=f.size, low=f.low, high=f.high) for f in spec.state_fields
+        ],
         action=pb.ActionSpace(
             kind=spec.action.kind,
             names=list(spec.action.names),
@@ -65,6 +78,8 @@ def spec_to_proto(spec: EnvSpec) -> pb.EnvSpec:
         instruction=spec.instruction,
         max_episode_steps=spec.max_episode_steps,
         metadata={str(k): str(v) for k, v in spec.metadata.items()},
+        reward_low=spec.reward_range[0],
+        reward_high=spec.reward_range[1],
     )
 
 
@@ -78,7 +93,15 @@ def spec_from_proto(msg: pb.EnvSpec) -> EnvSpec:
             cameras=tuple(
                 CameraSpec(c.name, c.height, c.width, float(c.fps), c.max_downscale or 1) for c in msg.cameras
             ),
-            state_fields=tuple(StateField(f.name, f.size) for f in msg.state_fields),
+            state_fields=tuple(
+                StateField(
+                    f.name,
+                    f.size,
+                    float(f.low) if f.HasField("low") else None,
+                    float(f.high) if f.HasField("high") else None,
+                )
+                for f in msg.state_fields
+            ),
             action=ActionSpace(
                 kind=msg.action.kind,
                 names=tuple(msg.action.names),
@@ -89,6 +112,10 @@ def spec_from_proto(msg: pb.EnvSpec) -> EnvSpec:
             instruction=msg.instruction,
             max_episode_steps=int(msg.max_episode_steps),
             metadata=dict(msg.metadata),
+            reward_range=(
+                float(msg.reward_low) if msg.HasField("reward_low") else DEFAULT_REWARD_RANGE[0],
+                float(msg.reward_high) if msg.HasField("reward_high") else DEFAULT_REWARD_RANGE[1],
+            ),
         )
     except ValueError as exc:
         raise LinkCodecError(f"invalid env spec: {exc}") from None
@@ -146,6 +173,7 @@ def check_observation(obs: pb.Observation, spec: EnvSpec) -> None:
             f"observation {obs.seq}: state has {len(obs.state)} values, expected {spec.state_dim}"
         )
     _check_finite("state", obs.state)
+    _check_state_bounds(obs, spec)
     if obs.step > spec.max_episode_steps:
         raise LinkCodecError(
             f"observation {obs.seq}: step {obs.step} is past max_episode_steps {spec.max_episode_steps}"
@@ -161,6 +189,23 @@ def check_observation(obs: pb.Observation, spec: EnvSpec) -> None:
                 raise LinkCodecError(f"transition.{name} has {len(values)} values, expected {dim}")
             _check_finite(f"transition.{name}", values)
         _check_finite("transition.reward", [t.reward])
+        low, high = spec.reward_range
+        if not low <= t.reward <= high:
+            raise LinkCodecError(
+                f"observation {obs.seq}: transition.reward {t.reward:g} is outside the spec's reward_range [{low:g}, {high:g}]"
+            )
+
+
+def _check_state_bounds(obs: pb.Observation, spec: EnvSpec) -> None:
+    state = np.asarray(obs.state, dtype=np.float32)
+    low, high = spec.state_bounds
+    outside = (state < low) | (state > high)
+    if outside.any():
+        i = int(outside.argmax())
+        raise LinkCodecError(
+            f"observation {obs.seq}: state[{i}] ({spec.state_names()[i]}) = {state[i]:g} is outside its "
+            f"declared bounds [{low[i]:g}, {high[i]:g}]"
+        )
 
 
 def _check_finite(what: str, values) -> None:

@@ -44,12 +44,16 @@ class CameraSpec(_message.Message):
     def __init__(self, name: _Optional[str] = ..., height: _Optional[int] = ..., width: _Optional[int] = ..., fps: _Optional[float] = ..., max_downscale: _Optional[int] = ...) -> None: ...
 
 class StateField(_message.Message):
-    __slots__ = ("name", "size")
+    __slots__ = ("name", "size", "low", "high")
     NAME_FIELD_NUMBER: _ClassVar[int]
     SIZE_FIELD_NUMBER: _ClassVar[int]
+    LOW_FIELD_NUMBER: _ClassVar[int]
+    HIGH_FIELD_NUMBER: _ClassVar[int]
     name: str
     size: int
-    def __init__(self, name: _Optional[str] = ..., size: _Optional[int] = ...) -> None: ...
+    low: float
+    high: float
+    def __init__(self, name: _Optional[str] = ..., size: _Optional[int] = ..., low: _Optional[float] = ..., high: _Optional[float] = ...) -> None: ...
 
 class ActionSpace(_message.Message):
     __slots__ = ("kind", "names", "low", "high")
@@ -64,7 +68,7 @@ class ActionSpace(_message.Message):
     def __init__(self, kind: _Optional[str] = ..., names: _Optional[_Iterable[str]] = ..., low: _Optional[_Iterable[float]] = ..., high: _Optional[_Iterable[float]] = ...) -> None: ...
 
 class EnvSpec(_message.Message):
-    __slots__ = ("name", "cameras", "state_fields", "action", "control_hz", "instruction", "max_episode_steps", "metadata")
+    __slots__ = ("name", "cameras", "state_fields", "action", "control_hz", "instruction", "max_episode_steps", "metadata", "reward_low", "reward_high")
     class MetadataEntry(_message.Message):
         __slots__ = ("key", "value")
         KEY_FIELD_NUMBER: _ClassVar[int]
@@ -80,6 +84,8 @@ class EnvSpec(_message.Message):
     INSTRUCTION_FIELD_NUMBER: _ClassVar[int]
     MAX_EPISODE_STEPS_FIELD_NUMBER: _ClassVar[int]
     METADATA_FIELD_NUMBER: _ClassVar[int]
+    REWARD_LOW_FIELD_NUMBER: _ClassVar[int]
+    REWARD_HIGH_FIELD_NUMBER: _ClassVar[int]
     name: str
     cameras: _containers.RepeatedCompositeFieldContainer[CameraSpec]
     state_fields: _containers.RepeatedCompositeFieldContainer[StateField]
@@ -88,7 +94,9 @@ class EnvSpec(_message.Message):
     instruction: str
     max_episode_steps: int
     metadata: _containers.ScalarMap[str, str]
-    def __init__(self, name: _Optional[str] = ..., cameras: _Optional[_Iterable[_Union[CameraSpec, _Mapping]]] = ..., state_fields: _Optional[_Iterable[_Union[StateField, _Mapping]]] = ..., action: _Optional[_Union[ActionSpace, _Mapping]] = ..., control_hz: _Optional[float] = ..., instruction: _Optional[str] = ..., max_episode_steps: _Optional[int] = ..., metadata: _Optional[_Mapping[str, str]] = ...) -> None: ...
+    reward_low: float
+    reward_high: float
+    def __init__(self, name: _Optional[str] = ..., cameras: _Optional[_Iterable[_Union[CameraSpec, _Mapping]]] = ..., state_fields: _Optional[_Iterable[_Union[StateField, _Mapping]]] = ..., action: _Optional[_Union[ActionSpace, _Mapping]] = ..., control_hz: _Optional[float] = ..., instruction: _Optional[str] = ..., max_episode_steps: _Optional[int] = ..., metadata: _Optional[_Mapping[str, str]] = ..., reward_low: _Optional[float] = ..., reward_high: _Optional[float] = ...) -> None: ...
 
 class AgentMessage(_message.Message):
     __slots__ = ("register", "observation", "episode_event", "episode_upload", "error", "probe")

@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from protos.env_spec import LINK_DOWNSCALES
+from protos.field_limits import robot_id_problem
 from robot_agent.safety import SafetyConfig
 
 
@@ -101,6 +102,9 @@ class AgentConfig:
     link: LinkConfig = field(default_factory=lambda: LinkConfig(insecure=True))
 
     def __post_init__(self) -> None:
+        problem = robot_id_problem(self.robot_id)
+        if problem is not None:
+            raise AgentConfigError(f"--robot-id: {problem}")
         if not 0.0 < self.action_wait_fraction < 1.0:
             raise AgentConfigError(f"action_wait_fraction must be in (0, 1), got {self.action_wait_fraction}")
 

@@ -18,7 +18,7 @@ from pathlib import Path
 
 import grpc
 
-from protos import link_codec
+from protos import field_limits, link_codec
 from protos import robot_link_pb2 as pb
 from robot_agent.config import LinkConfig
 from robot_agent.control_loop import ControlLoop
@@ -58,6 +58,27 @@ class LinkRefused(RuntimeError):
 
 class LinkLost(ConnectionError):
     """The session ended (by either side, with any status but a refusal): hold, back off, reconnect."""
+
+
+class LinkBusy(LinkLost):
+    """The trainer refused the session for now (over a session cap): retry after ``retry_after_s``."""
+
+    def __init__(self, message: str, retry_after_s: float) -> None:
+        super().__init__(message)
+        self.retry_after_s = retry_after_s
+
+
+RETRY_AFTER_KEY = link_codec.RETRY_AFTER_KEY
+
+
+def _retry_after(trailing_metadata) -> float | None:
+    for key, value in trailing_metadata or ():
+        if key == RETRY_AFTER_KEY:
+            try:
+                return min(max(float(value), 0.0), 300.0)
+            except ValueError:
+                return None
+    return None
 
 
 SESSION_METHOD = f"/{pb.DESCRIPTOR.package}.RobotLink/Session"
@@ -165,12 +186,22 @@ class LinkClient:
         backoff = self.config.reconnect_initial_s
         while not stop.is_set():
             self._welcomed = False
+            retry_after = 0.0
             try:
                 await self._session(stop)
             except grpc.aio.AioRpcError as exc:
-                self._raise_if_refused(exc.code(), exc.details() or "")
-                await self._raise_if_tls_fails(exc.code())
-                log.warning("link to %s down: %s %s", self.config.server, exc.code().name, exc.details())
+                try:
+                    self._raise_if_refused(
+                        exc.code(), exc.details() or "", _retry_after(exc.trailing_metadata())
+                    )
+                    await self._raise_if_tls_fails(exc.code())
+                    log.warning("link to %s down: %s %s", self.config.server, exc.code().name, exc.details())
+                except LinkBusy as busy:
+                    retry_after = busy.retry_after_s
+                    log.warning("link to %s: %s", self.config.server, busy)
+            except LinkBusy as exc:
+                retry_after = exc.retry_after_s
+                log.warning("link to %s: %s", self.config.server, exc)
             except LinkLost as exc:
                 log.warning("link to %s down: %s", self.config.server, exc)
             finally:
@@ -181,13 +212,19 @@ class LinkClient:
                 backoff = self.config.reconnect_initial_s
             if stop.is_set():
                 break
-            delay = backoff * random.uniform(0.5, 1.0)
+            delay = max(backoff * random.uniform(0.5, 1.0), retry_after * random.uniform(1.0, 1.5))
             backoff = min(backoff * 2.0, self.config.reconnect_max_s)
             log.info("reconnecting in %.2f s", delay)
             with contextlib.suppress(asyncio.TimeoutError):
                 await asyncio.wait_for(stop.wait(), delay)
 
-    def _raise_if_refused(self, code: grpc.StatusCode, details: str) -> None:
+    def _raise_if_refused(
+        self, code: grpc.StatusCode, details: str, retry_after: float | None = None
+    ) -> None:
+        if retry_after is not None and code == grpc.StatusCode.RESOURCE_EXHAUSTED:
+            raise LinkBusy(
+                f"the trainer is busy ({details}); retrying in about {retry_after:g} s", retry_after
+            )
         refused = _REFUSED if self._welcomed else _REFUSED_AT_REGISTRATION
         if code in refused:
             raise LinkRefused(f"the trainer refused robot {self.robot_id!r}: {code.name}: {details}")
@@ -277,7 +314,7 @@ class LinkClient:
     async def _ended(self, call) -> None:
         """The trainer ended the stream: a refusal, or a link loss whatever its status (OK included)."""
         code, details = await call.code(), await call.details()
-        self._raise_if_refused(code, details or "")
+        self._raise_if_refused(code, details or "", _retry_after(await call.trailing_metadata()))
         raise LinkLost(f"the trainer ended the session ({code.name}{': ' + details if details else ''})")
 
     def _register(self, pending: list[str]) -> pb.Register:
@@ -319,6 +356,10 @@ class LinkClient:
             await self._dispatch(message, outbox)
 
     async def _dispatch(self, message: pb.TrainerMessage, outbox: asyncio.Queue) -> None:
+        try:
+            field_limits.check_sizes(message)
+        except field_limits.FieldTooLarge as exc:  # a broken or hostile trainer: nothing of it is used
+            raise LinkLost(f"the trainer sent an oversized message ({exc})") from None
         body = message.WhichOneof("body")
         if body == "actions":
             self.control.accept_chunk(message.actions)

@@ -102,6 +102,7 @@ class RawClient:
         self.replies: list[pb.TrainerMessage] = []
         self.status: grpc.StatusCode | None = None
         self.details = ""
+        self.trailing: dict[str, str] = {}
         metadata = link_codec.metadata_token(token) if token else None
         call = pb_grpc.RobotLinkStub(self.channel).Session(iter(self.outbox.get, None), metadata=metadata)
         self._thread = threading.Thread(target=self._read, args=(call,), daemon=True)
@@ -114,6 +115,7 @@ class RawClient:
             self.status = grpc.StatusCode.OK
         except grpc.RpcError as exc:
             self.status, self.details = exc.code(), exc.details() or ""
+            self.trailing = dict(exc.trailing_metadata() or ())
 
     def send(self, *messages: pb.AgentMessage) -> RawClient:
         for message in messages:

@@ -8,6 +8,7 @@ from pathlib import Path
 from protos.lerobot_dataset import VideoFormat
 from trainer.configs.loader import ConfigError, load_structured
 from trainer.server.frame_decoder import FRAME_DECODE_DEVICES
+from trainer.server.link_budgets import LinkLimits
 
 MODES = ("collect", "eval", "train", "dagger")
 COLLECT_POLICIES = ("random", "hold")
@@ -32,6 +33,38 @@ class ServerSection:
     view: str = ""  # "rerun": show the live robots (cameras, state, actions) in rerun (the view extra)
     view_save: str = ""  # with view=rerun: write an .rrd file here instead of spawning the viewer
     frame_decode: str = "auto"  # robots' JPEG frames: auto (GPU nvJPEG when there), cpu, cuda
+    # What one credential, host or robot may cost (trainer/server/link_budgets.py). A lab of 16
+    # robots on one token behind one NAT is far below the caps; 0 rates follow each robot's spec.
+    max_sessions_per_credential: int = 64  # per token or client certificate
+    max_sessions_per_peer: int = 64  # per robot host (address)
+    max_sessions: int = 256
+    register_timeout_s: float = 10.0  # a connected agent must register within this
+    handshake_timeout_s: float = 5.0  # a connection must finish TLS / HTTP/2 within this
+    max_messages_per_s: float = 0.0  # per robot; 0: 4 x its control_hz + 50
+    max_bytes_per_s: float = 0.0  # per robot; 0: 4 x its largest observation x its control_hz (>= 8 MB/s)
+    # Sessions refused or ended on a bad message, per credential and host: past these rates the next
+    # session from there waits, unread (the refused bytes count too).
+    bad_sessions_per_s: float = 5.0
+    bad_bytes_per_s: float = 2.0 * 2**20
+
+    def link_limits(self) -> LinkLimits:
+        values = {
+            "max_sessions_per_credential": self.max_sessions_per_credential,
+            "max_sessions_per_peer": self.max_sessions_per_peer,
+            "max_sessions": self.max_sessions,
+            "register_timeout_s": self.register_timeout_s,
+            "handshake_timeout_s": self.handshake_timeout_s,
+            "bad_sessions_per_s": self.bad_sessions_per_s,
+            "bad_bytes_per_s": self.bad_bytes_per_s,
+        }
+        for key, value in values.items():
+            if not value > 0:
+                raise ConfigError(f"server.{key} must be > 0, got {value}")
+        if min(self.max_messages_per_s, self.max_bytes_per_s) < 0:
+            raise ConfigError(
+                "server.max_messages_per_s and server.max_bytes_per_s must be >= 0 (0: from the spec)"
+            )
+        return LinkLimits(**values, messages_per_s=self.max_messages_per_s, bytes_per_s=self.max_bytes_per_s)
 
 
 @dataclass
@@ -39,6 +72,10 @@ class DataSection:
     """Where episodes are recorded (a LeRobot v3 dataset)."""
 
     record_dir: str = "runs/dataset"
+    # The dataset's schema (cameras, state, action): a JSON env spec (EnvSpec.to_dict) or a LeRobot
+    # dataset to take it from. Robots that do not fit are refused, whoever connected first.
+    # "": the dataset's own once it has episodes, else the first robot's (a warning says so).
+    features: str = ""
     video_codec: str = "libx264"
     video_pix_fmt: str = "yuv420p"  # yuv444p keeps the colour of one-pixel targets in small sim images
     video_crf: int = -1  # -1: the codec's default; 0: lossless (libx264)
@@ -205,7 +242,40 @@ def load_serve_config(path: str | None, overrides: list[str] | None = None) -> S
         raise ConfigError(f"collect.policy must be one of {COLLECT_POLICIES}, got {config.collect.policy!r}")
     if not config.data.record_dir:
         raise ConfigError("data.record_dir must name the dataset folder")
+    config.server.link_limits()  # its one-line errors now, not when the link starts
+    run_features(config.data)
     return config
+
+
+def run_features(data: DataSection) -> dict | None:
+    """``data.features`` in :func:`protos.episode_frames.features_of`'s form (None when unset)."""
+    import json
+
+    from protos.env_spec import EnvSpec
+    from protos.episode_frames import dataset_features, features_of
+
+    if not data.features:
+        return None
+    path = Path(data.features).expanduser()
+    try:
+        if (path / "meta" / "info.json").is_file():
+            features = dataset_features(json.loads((path / "meta" / "info.json").read_text()))
+        elif path.is_file():
+            features = features_of(EnvSpec.from_dict(json.loads(path.read_text())))
+        else:
+            raise ConfigError(f"data.features {path}: neither an env spec JSON file nor a LeRobot dataset")
+    except (ValueError, KeyError, TypeError) as exc:
+        raise ConfigError(f"data.features {path}: not a readable env spec or dataset ({exc})") from None
+    info = Path(data.record_dir) / "meta" / "info.json"
+    if info.is_file():
+        recorded = dataset_features(json.loads(info.read_text()))
+        if recorded != features:
+            differ = [key for key in features if features[key] != recorded.get(key)]
+            raise ConfigError(
+                f"data.features {path} does not match the dataset already at {data.record_dir} (differs in "
+                f"{', '.join(differ)}); record to another data.record_dir"
+            )
+    return features
 
 
 def is_saved_policy(path: str) -> bool:

@@ -11,7 +11,7 @@ from concurrent.futures import Future
 from pathlib import Path
 
 from trainer.server.auth import AuthConfigError, ServerAuthConfig, load_robot_tokens
-from trainer.server.config import ServeConfig
+from trainer.server.config import ServeConfig, run_features
 from trainer.server.judged_episodes import JudgedEpisodes
 from trainer.server.link_server import LinkServer, LinkServerConfig, LinkServerThread, SessionHook
 from trainer.server.recorder import LeRobotEpisodeSink
@@ -50,6 +50,7 @@ def link_config(config: ServeConfig) -> LinkServerConfig:
         port=server.port,
         auth=auth_from(config),
         max_session_bytes=server.max_session_bytes,
+        limits=server.link_limits(),
         reflection=server.reflection,
         health_requires_token=server.health_requires_token,
     )
@@ -107,7 +108,12 @@ class HostedLink:
         if config.server.view not in ("", "rerun"):
             raise ValueError(f"server.view must be '' or 'rerun', got {config.server.view!r}")
         self.config = config
-        sink = LeRobotEpisodeSink(config.data.record_dir, config.data.video_format(), judged)
+        features = run_features(config.data)
+        sink = LeRobotEpisodeSink(config.data.record_dir, config.data.video_format(), judged, features)
+        if features is None and not (Path(config.data.record_dir) / "meta" / "info.json").is_file():
+            log.warning("data.features is unset and %s is empty: the first robot to register fixes the "
+                        "dataset's cameras and state (set data.features to an env spec or a dataset to "
+                        "fix them)", config.data.record_dir)  # fmt: skip
         self.server = LinkServer(link_config(config), sink=sink, on_session=on_session)
         self.thread = LinkServerThread(self.server).start()
         self.loop = self.thread.loop

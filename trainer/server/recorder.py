@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import logging
 import threading
+from collections.abc import Mapping
 from pathlib import Path
 
 from protos import robot_link_pb2 as pb
@@ -50,10 +51,17 @@ class LeRobotEpisodeSink:
     """
 
     def __init__(
-        self, root: str, video: VideoFormat = DEFAULT_VIDEO, judged: JudgedEpisodes | None = None
+        self,
+        root: str,
+        video: VideoFormat = DEFAULT_VIDEO,
+        judged: JudgedEpisodes | None = None,
+        features: Mapping[str, object] | None = None,
     ) -> None:
         self.root, self.video = root, video
         self.judged = judged  # serve train mode: the reward source's values replace the agent's
+        # The run's schema (data.features, in features_of's form): robots that do not fit are refused
+        # whoever connected first. None: the dataset's, else the first connected robot's.
+        self.features = features
         self.writer: LeRobotWriter | None = None
         self._empty: set[tuple[str, str]] = set()
         self._lock = threading.Lock()
@@ -93,12 +101,15 @@ class LeRobotEpisodeSink:
                  pb.EpisodeEvent.Kind.Name(episode.end.kind))  # fmt: skip
 
     def features_mismatch(self, spec: EnvSpec, live: list[EnvSpec]) -> str | None:
-        """Against the dataset's features once it has episodes, else against a connected robot's."""
+        """Against the dataset's features once it has episodes, else the run's (``features``), else a
+        connected robot's."""
         with self._lock:
             self._open_existing()
             info = self.writer.info if self.writer is not None else None
         if info is not None and info.get("total_episodes"):
             return features_mismatch(dataset_features(info), spec)
+        if self.features is not None:
+            return features_mismatch(self.features, spec)
         return features_mismatch(features_of(live[0]), spec) if live else None
 
     def _open_existing(self) -> None:

@@ -17,12 +17,14 @@ from protos import link_codec
 from protos import robot_link_pb2 as pb
 from protos.env_spec import EnvSpec
 from protos.frame_ring import FrameRingReader
-from trainer.server.admission import RECENT_OBSERVATIONS
+from trainer.server.admission import RECENT_OBSERVATIONS, session_budget
+from trainer.server.link_budgets import LinkLimits, LogBudget, clip_text
 
 log = logging.getLogger(__name__)
 STATES = ("streaming", "holding", "disconnected")
 CLOCK_WARN_S = 1.0  # a robot PC's wall clock this far from the trainer's: its logs will not line up
 PROBES_AT_ONCE, PROBES_PER_S = 16, 4.0  # link probes an agent may send (a burst, then a rate)
+MAX_SAFETY_EVENT_KINDS = 64  # distinct safety-event strings counted per session; the rest as "other"
 
 
 class RobotUnavailable(ConnectionError):
@@ -49,6 +51,7 @@ class SessionStats:
     probes: int = 0  # link probes echoed (link.codec=auto measures the link with them)
     codec_reason: str = ""  # the agent's newest word on how it encodes its frames, and why
     frames: str = ""  # how the newest observation's frames came, e.g. "jpeg q75" or "raw, ring"
+    throttled_s: float = 0.0  # how long the link held this robot back for going over its rates
 
     def rate_hz(self) -> float:
         if len(self.arrival_s) < 2:
@@ -80,7 +83,11 @@ class RobotSession:
     """Lives on the server's event loop. ``send_*`` queue messages; ``next_observation`` waits for one."""
 
     def __init__(
-        self, register: pb.Register, spec: EnvSpec, listeners: Sequence[ObservationListener] = ()
+        self,
+        register: pb.Register,
+        spec: EnvSpec,
+        listeners: Sequence[ObservationListener] = (),
+        limits: LinkLimits | None = None,
     ) -> None:
         self.robot_id = register.robot_id
         self.robot_kind = register.robot_kind
@@ -103,6 +110,10 @@ class RobotSession:
         self._listeners = listeners  # the server's list: a listener added later hears this robot too
         self.frame_ring: FrameRingReader | None = None  # an agent on this host: raw frames by shm
         self.opened_at = time.monotonic()
+        # (messages/s, bytes/s) this robot may send, and what it may make the trainer log.
+        limits = limits or LinkLimits()
+        self.rates = limits.session_rates(spec.control_hz, session_budget(spec).observation_bytes)
+        self.log = LogBudget(log, limits.log_lines_burst, limits.log_lines_per_s)
 
     # -- incoming ------------------------------------------------------------------------------------
     async def on_observation(self, obs: pb.Observation) -> None:
@@ -113,7 +124,7 @@ class RobotSession:
         for frame in obs.frames:
             if frame.capture_mono_ns and obs.mono_ns >= frame.capture_mono_ns:
                 self.stats.frame_age_ms.append((obs.mono_ns - frame.capture_mono_ns) / 1e6)
-        self.stats.safety_events.update(obs.transition.safety_events)
+        self._count_safety_events(obs.transition.safety_events)
         self._note_codec(obs)
         if obs.transition.policy_action:
             self.stats.policy_version = obs.transition.policy_version
@@ -131,10 +142,18 @@ class RobotSession:
         for listener in self._listeners:
             listener(self, obs)
 
+    def _count_safety_events(self, events) -> None:
+        counts = self.stats.safety_events
+        for event in events:
+            if event in counts or len(counts) < MAX_SAFETY_EVENT_KINDS:
+                counts[event] += 1
+            else:
+                counts["other"] += 1
+
     def _note_codec(self, obs: pb.Observation) -> None:
         if obs.codec_reason:
             self.stats.codec_reason = obs.codec_reason
-            log.info("robot %s frames: %s", self.robot_id, obs.codec_reason)
+            self.log.info("robot %s frames: %s", self.robot_id, clip_text(obs.codec_reason))
         self.stats.frames = frames_label(obs.frames) + (" (shm ring)" if self.frame_ring is not None else "")
 
     def _check_clock(self, agent_wall_ns: int) -> None:
