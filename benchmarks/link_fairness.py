@@ -95,7 +95,7 @@ def attack(kind: str, port: int, seconds: float) -> None:
                     continue
                 if client is not None:
                     client.close()
-                held[i] = RawClient(port).send(register(f"many-{worker}-{i}", spec))
+                held[i] = RawClient(port, own_connection=True).send(register(f"many-{worker}-{i}", spec))
                 counts[worker] += 1
             time.sleep(0.5)
         for client in held.values():

@@ -153,19 +153,21 @@ def refusal_memory(port: int, pid: int, count: int = 40) -> dict:
 
 def session_cap(port: int, attempts: int = 400) -> dict:
     """One client opens ``attempts`` sessions with as many ids: how many are admitted."""
-    clients = [RawClient(port).send(register(f"many-{i}", link_codec.spec_to_proto(spec("many"))))
+    clients = [RawClient(port, own_connection=True).send(register(f"many-{i}", link_codec.spec_to_proto(spec("many"))))
                for i in range(attempts)]  # fmt: skip
-    time.sleep(3.0)
-    refused = [c for c in clients if c.status is not None]
-    reasons = sorted({c.details.split(",")[0][:80] for c in refused})
+
+    def welcomed(client: RawClient) -> bool:
+        return any(reply.HasField("welcome") for reply in client.replies)
+
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline and not all(welcomed(c) or c.status is not None for c in clients):
+        time.sleep(0.1)
+    refused = [c for c in clients if c.status is not None and not welcomed(c)]
+    reasons = sorted({c.details[:90] for c in refused})
+    admitted = sum(welcomed(c) for c in clients)
     for client in clients:
         client.close()
-    return {
-        "attempted": attempts,
-        "admitted": attempts - len(refused),
-        "refused": len(refused),
-        "reasons": reasons,
-    }
+    return {"attempted": attempts, "admitted": admitted, "refused": len(refused), "reasons": reasons}
 
 
 def main() -> None:

@@ -94,10 +94,14 @@ async def answer_episode(session, steps: int, chunk_for: Callable) -> list:
 class RawClient:
     """A client that sends whatever it is given, and collects what comes back and how the call ended."""
 
-    def __init__(self, port: int, token: str | None = None) -> None:
-        self.channel = grpc.insecure_channel(
-            f"127.0.0.1:{port}", options=[("grpc.max_send_message_length", 64 << 20)]
-        )
+    def __init__(self, port: int, token: str | None = None, own_connection: bool = False) -> None:
+        # ``own_connection``: a TCP connection of its own (grpc otherwise shares one between the
+        # channels of a process, and its HTTP/2 stream cap queues what is past it).
+        options = [
+            ("grpc.max_send_message_length", 64 << 20),
+            ("grpc.use_local_subchannel_pool", int(own_connection)),
+        ]
+        self.channel = grpc.insecure_channel(f"127.0.0.1:{port}", options=options)
         self.outbox: queue.Queue = queue.Queue()
         self.replies: list[pb.TrainerMessage] = []
         self.status: grpc.StatusCode | None = None
