@@ -50,8 +50,9 @@ def test_grpo_on_a_tiny_vla_beats_its_sft_start(tmp_path):
     Runner(sft).run()
     sft_policy = latest_checkpoint(tmp_path / "sft") / POLICY_DIR
     rl = load_config("grpo_reach", [*VLA, f"policy.init_from={sft_policy}", "policy.value_head=false",
-                                    "algo.group_size=4", "algo.learning_rate=1e-4", "algo.update_epochs=2",
+                                    "algo.group_size=4", "algo.learning_rate=1e-4", "algo.update_epochs=4",
                                     "run.total_env_steps=1920", f"run.output_dir={tmp_path / 'rl'}"])  # fmt: skip
     Runner(rl).run()
     before, after = greedy_return(sft_policy), greedy_return(latest_checkpoint(tmp_path / "rl") / POLICY_DIR)
-    assert after > before + 2.0, (before, after)  # measured: 10.4 -> 13.7
+    print(f"GRPO on the tiny VLA: greedy return {before:.2f} -> {after:.2f}")
+    assert after > before + 2.0, (before, after)  # measured: 11.3 -> 13.7 (2 update epochs gave 11.3 -> 12.8 on an AMD EPYC, 10.4 -> 13.7 before)
