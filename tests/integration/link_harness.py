@@ -20,16 +20,27 @@ from robot_agent.config import AgentConfig, LinkConfig
 from robot_agent.drivers import make_driver
 from robot_agent.safety import SafetyConfig
 from trainer.server.auth import ServerAuthConfig
+from trainer.server.link_budgets import LinkLimits
 from trainer.server.link_server import LinkServer, LinkServerConfig, LinkServerThread
 
+# For tests that send refused messages back to back on purpose: the misbehaviour penalty (which
+# makes the next session from the same credential and host wait) is lifted.
+NO_PENALTY = LinkLimits(bad_sessions_per_s=1e6, bad_bytes_per_s=1e12)
 TWIN = {"task": "reach", "control_hz": 20.0, "cameras": ["front", "wrist"], "image_size": 64}
 
 
 def start_server(
-    auth: ServerAuthConfig | None = None, port: int = 0, frame_ring: bool = True
+    auth: ServerAuthConfig | None = None,
+    port: int = 0,
+    frame_ring: bool = True,
+    limits: LinkLimits | None = None,
 ) -> LinkServerThread:
     config = LinkServerConfig(
-        host="127.0.0.1", port=port, auth=auth or ServerAuthConfig(insecure=True), frame_ring=frame_ring
+        host="127.0.0.1",
+        port=port,
+        auth=auth or ServerAuthConfig(insecure=True),
+        frame_ring=frame_ring,
+        limits=limits or LinkLimits(),
     )
     return LinkServerThread(LinkServer(config)).start()
 

@@ -25,7 +25,7 @@ from protos import field_limits, link_codec
 from protos import robot_link_pb2 as pb
 from protos.env_spec import CameraSpec, EnvSpec, StateField, ee_delta_action_space
 from protos.episode_frames import features_of
-from tests.integration.link_harness import TWIN, RawClient, start_agent, wait_until
+from tests.integration.link_harness import NO_PENALTY, TWIN, RawClient, start_agent, wait_until
 from tests.integration.test_link_hardening import observation, register, small_spec, transition
 from trainer.server.auth import ServerAuthConfig
 from trainer.server.episodes import RobotEpisode
@@ -41,11 +41,6 @@ def serve(limits: LinkLimits | None = None, sink=None, token: str | None = None)
     auth = ServerAuthConfig(insecure=True, token=token)
     config = LinkServerConfig(host="127.0.0.1", port=0, auth=auth, limits=limits or LinkLimits())
     return LinkServerThread(LinkServer(config, sink=sink)).start()
-
-
-# Where a test sends many bad messages on purpose, the misbehaviour penalty (which delays new
-# sessions from the same credential and host) is lifted so that it measures what it is about.
-NO_PENALTY = LinkLimits(bad_sessions_per_s=1e6, bad_bytes_per_s=1e12)
 
 
 @pytest.fixture

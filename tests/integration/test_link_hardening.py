@@ -17,7 +17,14 @@ from protos import robot_link_pb2 as pb
 from protos.env_spec import CameraSpec, EnvSpec, StateField, ee_delta_action_space
 from protos.pose_math import matrix_to_rotvec, quat_to_matrix
 from robot_agent.safety import SafetyConfig
-from tests.integration.link_harness import RawClient, answer_episode, start_agent, start_server, wait_until
+from tests.integration.link_harness import (
+    NO_PENALTY,
+    RawClient,
+    answer_episode,
+    start_agent,
+    start_server,
+    wait_until,
+)
 from trainer.server.auth import ServerAuthConfig
 from trainer.server.episodes import MemoryEpisodeSink
 from trainer.server.link_server import LinkServer, LinkServerConfig, LinkServerThread
@@ -82,7 +89,7 @@ def episode(episode_id: str, steps: int = 2, seq0: int = 0) -> list[pb.AgentMess
 
 @pytest.fixture
 def server():
-    served = start_server()
+    served = start_server(limits=NO_PENALTY)
     yield served
     served.stop()
 
@@ -150,8 +157,10 @@ def test_a_bad_step_ends_only_that_robots_stream_with_a_status_naming_the_field(
         client.close()
         session = server.server.sessions["twin-0"]
         before = session.stats.observations
-        time.sleep(0.5)
-        assert session.state != "disconnected" and session.stats.observations > before + 5
+        wait_until(
+            lambda: session.stats.observations > before + 5, timeout=5, what="the honest robot streaming on"
+        )
+        assert session.state != "disconnected"
     finally:
         honest.stop()
 
