@@ -264,7 +264,9 @@ def run_features(data: DataSection) -> dict | None:
             features = features_of(EnvSpec.from_dict(json.loads(path.read_text())))
         else:
             raise ConfigError(f"data.features {path}: neither an env spec JSON file nor a LeRobot dataset")
-    except (ValueError, KeyError, TypeError) as exc:
+    except KeyError as exc:
+        raise ConfigError(f"data.features {path}: not an env spec or dataset (no {exc} key)") from None
+    except (ValueError, TypeError) as exc:
         raise ConfigError(f"data.features {path}: not a readable env spec or dataset ({exc})") from None
     info = Path(data.record_dir) / "meta" / "info.json"
     if info.is_file():
