@@ -68,12 +68,9 @@ class LinkBusy(LinkLost):
         self.retry_after_s = retry_after_s
 
 
-RETRY_AFTER_KEY = link_codec.RETRY_AFTER_KEY
-
-
 def _retry_after(trailing_metadata) -> float | None:
     for key, value in trailing_metadata or ():
-        if key == RETRY_AFTER_KEY:
+        if key == link_codec.RETRY_AFTER_KEY:
             try:
                 return min(max(float(value), 0.0), 300.0)
             except ValueError:

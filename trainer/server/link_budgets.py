@@ -17,10 +17,6 @@ import time
 from collections import Counter
 from dataclasses import dataclass
 
-from protos import link_codec
-
-RETRY_AFTER_KEY = link_codec.RETRY_AFTER_KEY
-
 
 @dataclass(frozen=True)
 class LinkLimits:

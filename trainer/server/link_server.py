@@ -35,11 +35,9 @@ from protos import field_limits, frame_ring, link_codec
 from protos import robot_link_pb2 as pb
 from protos import robot_link_pb2_grpc as pb_grpc
 from trainer.server import admission, wire_sizes
-from trainer.server.admission import session_budget
 from trainer.server.auth import ServerAuthConfig, TokenGate
 from trainer.server.episodes import EpisodeAssembler, EpisodeSink, MemoryEpisodeSink, StoreCall
 from trainer.server.link_budgets import (
-    RETRY_AFTER_KEY,
     LinkLimits,
     LogBudget,
     Penalties,
@@ -60,7 +58,10 @@ STORE_NICE = 10
 HEALTH_PREFIX = "/grpc.health.v1.Health/"
 REFLECTION_PREFIX = "/grpc.reflection."
 REGISTRATION_LIMITS = {"register": wire_sizes.REGISTER_BYTES}
-GONE_ROBOTS_KEPT = 64  # disconnected robots whose sessions stay listed (server.sessions)
+GONE_ROBOTS_KEPT = 64
+LARGE_MESSAGE_BYTES = (
+    1 << 20
+)  # after a refused or last message this large, memory is handed back at once  # disconnected robots whose sessions stay listed (server.sessions)
 
 
 def lower_thread_priority(nice: int) -> None:
@@ -392,7 +393,7 @@ class _Servicer(pb_grpc.RobotLinkServicer):
             # state, and its traceback holds grpc's reader, which holds the last message read (a
             # refused 20 MB registration stayed in memory until a garbage collection).
             del register
-            await _release(request_iterator)
+            await _release(request_iterator, received[0])
             server.penalties.charge(key, received[0])
             self._refuse(context, refusal.code, refusal.message)
             return
@@ -436,7 +437,7 @@ class _Servicer(pb_grpc.RobotLinkServicer):
             reader.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await reader
-            await _release(request_iterator)
+            await _release(request_iterator, received[0])
             if server.sessions.get(session.robot_id) is session:
                 await session.close()
             assembler = server.assemblers.get(session.robot_id)
@@ -495,16 +496,14 @@ class _Servicer(pb_grpc.RobotLinkServicer):
         self.server.refused += 1
         self.server.refusal_log.warning("refused an agent from %s: %s", context.peer(), message)
         if retry_after_s is not None:
-            context.set_trailing_metadata(((RETRY_AFTER_KEY, f"{retry_after_s:g}"),))
+            context.set_trailing_metadata(((link_codec.RETRY_AFTER_KEY, f"{retry_after_s:g}"),))
         context.set_code(code)
         context.set_details(message)
 
     async def _read(self, request_iterator, session: RobotSession, received: list[int]) -> None:
         assembler = self.server.assemblers[session.robot_id]
         budget = RateBudget(*session.rates, self.server.config.limits.burst_s)
-        limits = wire_sizes.session_limits(
-            session_budget(session.spec).observation_bytes, self.server.config.max_message_bytes
-        )
+        limits = wire_sizes.session_limits(session.observation_bytes, self.server.config.max_message_bytes)
         try:
             async for data in request_iterator:
                 if session.state == "disconnected":
@@ -584,7 +583,7 @@ def _parse(data: bytes) -> pb.AgentMessage:
         raise link_codec.LinkCodecError(f"unreadable message ({str(exc)[:200]})") from None
 
 
-async def _release(request_iterator) -> None:
+async def _release(request_iterator, last_message_bytes: int) -> None:
     """Let go of the last message read. grpc's reader (an async generator) holds it while suspended,
     and the reader sits in a reference cycle of grpc's call state that lives until a full garbage
     collection: closing the generator frees the message now (a refused 20 MB registration stayed)."""
@@ -592,7 +591,8 @@ async def _release(request_iterator) -> None:
     if hasattr(reader, "aclose"):
         with contextlib.suppress(Exception):
             await reader.aclose()
-    return_freed_memory()
+    if last_message_bytes > LARGE_MESSAGE_BYTES:  # a big block was freed: hand its pages back now
+        return_freed_memory()
 
 
 def _credential(token: str | None, context) -> str:

@@ -112,7 +112,8 @@ class RobotSession:
         self.opened_at = time.monotonic()
         # (messages/s, bytes/s) this robot may send, and what it may make the trainer log.
         limits = limits or LinkLimits()
-        self.rates = limits.session_rates(spec.control_hz, session_budget(spec).observation_bytes)
+        self.observation_bytes = session_budget(spec).observation_bytes  # the largest its spec allows
+        self.rates = limits.session_rates(spec.control_hz, self.observation_bytes)
         self.log = LogBudget(log, limits.log_lines_burst, limits.log_lines_per_s)
 
     # -- incoming ------------------------------------------------------------------------------------

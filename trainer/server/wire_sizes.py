@@ -9,7 +9,7 @@ body. Our agents send exactly one record; a message of more than ``MAX_RECORDS``
 
 from __future__ import annotations
 
-from protos import field_limits
+from protos import field_limits, link_codec
 from protos import robot_link_pb2 as pb
 
 MAX_RECORDS = 4
@@ -119,5 +119,5 @@ def session_limits(observation_bytes: int, transport_bytes: int) -> dict[str, in
         "episode_event": SMALL_BYTES,
         "episode_upload": transport_bytes,
         "error": SMALL_BYTES,
-        "probe": (2 << 20) + 64,
+        "probe": link_codec.MAX_PROBE_BYTES + 64,
     }
