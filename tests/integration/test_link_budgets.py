@@ -346,3 +346,22 @@ def test_look_alike_robot_ids_are_refused(server):
         assert "robot id" in details or "robot_id" in details
     client.close()
     assert field_limits.robot_id_problem("franka-left_2.lab") is None
+
+
+def test_robots_that_connect_once_and_leave_are_not_kept_forever(server):
+    """Every loop over the sessions (the console, admission) walked every id ever seen: an attacker
+    reconnecting under fresh ids made them slower each second."""
+    from trainer.server.link_server import GONE_ROBOTS_KEPT
+
+    for i in range(GONE_ROBOTS_KEPT + 40):
+        client = RawClient(server.server.port).send(register(f"once-{i}"))
+        wait_until(lambda i=i: f"once-{i}" in server.server.sessions, what=f"once-{i}")
+        client.close()
+        wait_until(
+            lambda i=i: server.server.sessions[f"once-{i}"].state == "disconnected", what="its leaving"
+        )
+    client = RawClient(server.server.port).send(register("last"))
+    wait_until(lambda: "last" in server.server.sessions, what="the last robot")
+    assert len(server.server.sessions) <= GONE_ROBOTS_KEPT + 1
+    assert len(server.server.assemblers) <= GONE_ROBOTS_KEPT + 1
+    client.close()
