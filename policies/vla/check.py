@@ -1,0 +1,81 @@
+"""Run a published VLA checkpoint on a file of inputs, for parity against upstream's outputs.
+
+    python -m policies.vla.check PATH --inputs IN.safetensors --out OUT.safetensors \\
+        [--dims tiny_dims.json] [--tokenizer DIR] [--asset-id ID]
+
+Inputs (the names of ``../shared/vla_reference/NOTES.md``): uint8 ``observation.images.<camera>``
+[B, 3, H, W], ``observation.state`` [B, state_dim], ``noise`` [B, chunk, max_action_dim] (x at
+t = 1) and the instructions as a JSON list in the file's ``task`` metadata. Written: ``action_chunk``
+(un-normalised, the env's action dims), ``v_t1`` (the velocity at t = 1),
+``actions_padded_normalized``, ``lang_tokens`` and ``lang_attention_mask``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+IMAGE_PREFIX = "observation.images."
+
+
+def read_inputs(path: Path) -> tuple[dict, dict[str, str]]:
+    from safetensors import safe_open
+    from safetensors.torch import load_file
+
+    if not path.is_file():
+        raise ValueError(f"--inputs {path}: no such file")
+    with safe_open(str(path), "pt") as f:
+        metadata = f.metadata() or {}
+    return load_file(str(path)), metadata
+
+
+def run(args: argparse.Namespace) -> dict:
+    from policies.vla.pi.loaded import load_pi
+
+    tensors, metadata = read_inputs(Path(args.inputs))
+    for name in ("observation.state", "noise"):
+        if name not in tensors:
+            raise ValueError(f"--inputs {args.inputs}: no {name!r} tensor")
+    try:
+        tasks = json.loads(metadata["task"])
+    except (KeyError, json.JSONDecodeError):
+        raise ValueError(
+            f"--inputs {args.inputs}: no 'task' metadata (a JSON list of instructions)"
+        ) from None
+    images = {k.removeprefix(IMAGE_PREFIX): v for k, v in tensors.items() if k.startswith(IMAGE_PREFIX)}
+    policy = load_pi(args.path, args.dims, args.tokenizer, args.asset_id)
+    batch = policy.inputs(images, tensors["observation.state"], tasks)
+    out = policy.sample(batch, tensors["noise"])
+    out["lang_tokens"], out["lang_attention_mask"] = batch.tokens, batch.token_mask
+    return out
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(
+        prog="python -m policies.vla.check", description=__doc__.split("\n\n")[0]
+    )
+    parser.add_argument("path", help="the checkpoint folder (openpi or LeRobot layout)")
+    parser.add_argument("--inputs", required=True)
+    parser.add_argument("--out", required=True)
+    parser.add_argument("--dims", help="sizes where the config names variants the weights do not have")
+    parser.add_argument("--tokenizer", help="the tokenizer folder, where the checkpoint has none")
+    parser.add_argument("--asset-id", help="which assets/<id>/norm_stats.json (openpi layout)")
+    args = parser.parse_args(argv)
+    try:
+        out = run(args)
+    except ValueError as exc:  # CheckpointError and bad inputs: one line, no traceback
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    from safetensors.torch import save_file
+
+    Path(args.out).parent.mkdir(parents=True, exist_ok=True)
+    save_file({k: v.contiguous().cpu() for k, v in out.items()}, args.out)
+    chunk = out["action_chunk"]
+    print(f"wrote {args.out}: action_chunk {list(chunk.shape)}, v_t1 {list(out['v_t1'].shape)}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
