@@ -20,9 +20,12 @@ def make_policy(spec: EnvSpec, cfg: PolicyConfig | dict[str, Any], saved: str | 
     if isinstance(cfg, dict):
         cfg = PolicyConfig.from_dict(cfg)
     if cfg.kind == "vla":
-        from policies.vla.policy import VLAPolicy  # transformers only where a VLA is asked for
+        # transformers only where a VLA is asked for
+        from policies.vla.pi.policy import PiPolicy, is_pi_config
+        from policies.vla.policy import VLAPolicy
 
-        policy: Policy = VLAPolicy(spec, cfg, saved=None if saved is None else Path(saved))
+        cls = PiPolicy if is_pi_config(cfg) else VLAPolicy
+        policy: Policy = cls(spec, cfg, saved=None if saved is None else Path(saved))
     else:
         policy = GaussianActorCritic(spec, cfg)
     if cfg.init_from and saved is None:

@@ -88,6 +88,7 @@ class PrefixCache:
 
     cache: Any
     mask: torch.Tensor  # [B, P] bool
+    hidden: torch.Tensor | None = None  # [B, P, width]: the PaliGemma's last hidden states
 
     @property
     def length(self) -> int:
@@ -119,7 +120,9 @@ def encode_prefix(
         token_type_ids=torch.zeros_like(mask, dtype=torch.long),
         use_cache=True,
     )
-    return PrefixCache(out.cache if hasattr(out, "cache") else out.past_key_values, mask)
+    return PrefixCache(
+        out.cache if hasattr(out, "cache") else out.past_key_values, mask, out.last_hidden_state
+    )
 
 
 # -- π0: transformers' model --------------------------------------------------------------------

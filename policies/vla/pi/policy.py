@@ -1,0 +1,312 @@
+"""``PiPolicy``: a π0 / π0.5 (a published checkpoint, or ``tiny:pi0`` / ``tiny:pi05``) behind the
+policy interface, RL-ready.
+
+``act`` samples a chunk with the Flow-SDE (πRL's ``flow_sde``; :class:`FlowSchedule`) on top of
+the real expert: each denoising step is a Gaussian around the Euler step, noise only in the env's
+action dimensions (the padding to ``max_action_dim`` follows its mean), and the chunk's log-prob is
+the sum of the steps'. At ``flow_noise_level=0`` the sampler is upstream's Euler sampler exactly.
+``evaluate`` re-scores a stored chain with gradients. A value head reads the PaliGemma's prefix
+(masked mean of its last hidden states). The env's cameras fill the checkpoint's camera slots in
+order; a real checkpoint's own norm stats map its actions to env units (then clipped into the
+spec's bounds); a tiny one acts in [-1, 1] units.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import asdict
+from pathlib import Path
+from typing import Any
+
+import torch
+from torch import nn
+
+from policies.base import Policy, PolicyEvaluation, PolicyOutput, to_tensors
+from policies.config import PolicyConfig
+from policies.normalization import RunningNormalizer
+from policies.vla.flow_head import FlowSchedule, gaussian_log_prob
+from policies.vla.pi.checkpoint import CheckpointError, read_checkpoint
+from policies.vla.pi.dims import GemmaDims, PiDims, SiglipDims
+from policies.vla.pi.inputs import pad_to, pi0_prompt, pi05_prompt, siglip_pixels, tokenize
+from policies.vla.pi.loaded import load_tokenizer
+from policies.vla.pi.models import PrefixCache, build_flow_model
+from protos import EnvSpec
+
+TINY_FAMILIES = {"tiny:pi0": "pi0", "tiny:pi05": "pi05"}
+TINY_GEMMA = GemmaDims(width=64, depth=2, mlp_dim=128, num_heads=8, num_kv_heads=1, head_dim=16)
+TINY_EXPERT = GemmaDims(width=32, depth=2, mlp_dim=64, num_heads=8, num_kv_heads=1, head_dim=16)
+TINY_SIGLIP = SiglipDims(
+    hidden_size=32, intermediate_size=64, num_hidden_layers=1, num_attention_heads=2, image_size=56
+)
+TINY_TOKENS = 48
+LORA_TARGETS = ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"]
+
+
+def is_pi_config(cfg: PolicyConfig) -> bool:
+    return bool(cfg.vla.checkpoint) or cfg.vla.backbone in TINY_FAMILIES
+
+
+def _random_init(model: nn.Module, seed: int = 0) -> None:
+    """Fill meta parameters with a small random init (tiny models only)."""
+    generator = torch.Generator().manual_seed(seed)
+    weights = {}
+    for name, param in model.named_parameters():
+        shape = param.shape
+        if name.endswith(("layernorm.weight", "norm.weight", "layer_norm1.weight", "layer_norm2.weight")):
+            value = torch.zeros(shape) if "vision_tower" not in name else torch.ones(shape)
+        elif name.endswith("bias"):
+            value = torch.zeros(shape)
+        else:
+            value = torch.randn(shape, generator=generator) * 0.02
+        weights[name] = value
+    model.load_state_dict(weights, strict=False, assign=True)
+
+
+class PiPolicy(Policy):
+    def __init__(self, spec: EnvSpec, cfg: PolicyConfig, saved: Path | None = None) -> None:
+        super().__init__()
+        self.spec, self.cfg, vla = spec, cfg, cfg.vla
+        self.chunk_size, self.action_dim = cfg.chunk_size, spec.action.dim
+        for name in cfg.cameras:
+            if name not in spec.camera_names:
+                raise ValueError(
+                    f"policy camera {name!r} is not in the env's cameras {list(spec.camera_names)}"
+                )
+        if vla.checkpoint:
+            self._init_checkpoint(Path(vla.checkpoint), weights=saved is None)
+        else:
+            self._init_tiny(TINY_FAMILIES[vla.backbone])
+        dims = self.dims
+        if len(cfg.cameras) > len(self.slots):
+            raise ValueError(
+                f"policy.cameras has {len(cfg.cameras)} cameras; the checkpoint has {len(self.slots)} slots {list(self.slots)}"
+            )
+        if self.action_dim > dims.max_action_dim or spec.state_dim > dims.max_state_dim:
+            raise ValueError(
+                f"the env's action ({self.action_dim}) / state ({spec.state_dim}) is wider than the checkpoint's "
+                f"max_action_dim={dims.max_action_dim} / max_state_dim={dims.max_state_dim}"
+            )
+        if cfg.chunk_size != dims.chunk_size:
+            raise ValueError(
+                f"policy.chunk_size={cfg.chunk_size}; the checkpoint's chunk is {dims.chunk_size}"
+            )
+        self.schedule = FlowSchedule(vla.flow_steps, vla.flow_noise_level)
+        width = dims.vlm.width
+        self.value_head = (
+            nn.Sequential(nn.Linear(width, 256), nn.Tanh(), nn.Linear(256, 1)) if cfg.value_head else None
+        )
+        if not vla.train_vision:
+            self.model.vlm.vision_tower.requires_grad_(False)
+        if vla.lora_rank > 0:
+            self._add_lora(vla.lora_rank)
+
+    # -- building ------------------------------------------------------------------------------
+    def _init_checkpoint(self, folder: Path, weights: bool) -> None:
+        from policies.vla.pi.checkpoint import load_weights
+
+        vla = self.cfg.vla
+        checkpoint = read_checkpoint(folder, vla.dims or None, vla.asset_id or None)
+        if checkpoint.action_dim != self.action_dim or checkpoint.state_dim != self.spec.state_dim:
+            raise CheckpointError(
+                f"policy.vla.checkpoint={str(folder)!r}: its norm stats are for state {checkpoint.state_dim} / "
+                f"action {checkpoint.action_dim} dims; the env has {self.spec.state_dim} / {self.action_dim}"
+            )
+        self.checkpoint, self.dims, self.slots = checkpoint, checkpoint.dims, checkpoint.cameras
+        self.layout = checkpoint.layout
+        self.tokenizer = load_tokenizer(checkpoint, vla.tokenizer or None)
+        self.token_length = checkpoint.token_length
+        self.model = build_flow_model(self.dims)
+        dtype = torch.bfloat16 if vla.dtype == "bfloat16" else torch.float32
+        if weights:
+            load_weights(self.model, checkpoint, dtype, "cpu")
+        else:
+            _random_init(self.model)  # a saved policy's weights come next
+        self.state_norm = None
+
+    def _init_tiny(self, family: str) -> None:
+        from policies.vla.tiny import word_tokenizer
+
+        self.checkpoint, self.slots, self.layout = None, tuple(self.cfg.cameras), "lerobot"
+        self.tokenizer = word_tokenizer(0)
+        self.token_length = TINY_TOKENS
+        self.dims = PiDims(
+            family=family, vlm=TINY_GEMMA, expert=TINY_EXPERT, vision=TINY_SIGLIP, projection_dim=TINY_GEMMA.width,
+            vocab_size=len(self.tokenizer), chunk_size=self.cfg.chunk_size, max_state_dim=32, max_action_dim=32,
+        )  # fmt: skip
+        self.model = build_flow_model(self.dims)
+        _random_init(self.model)
+        self.state_norm = RunningNormalizer(self.spec.state_dim)
+
+    def _add_lora(self, rank: int) -> None:
+        """LoRA on the Gemma projections of the PaliGemma and the expert (peft); the rest frozen
+        but the action projections, which stay trainable."""
+        from peft import LoraConfig, get_peft_model
+
+        config = LoraConfig(r=rank, lora_alpha=2 * rank, lora_dropout=0.0, target_modules=LORA_TARGETS)
+        vlm = self.model.vlm
+        vlm.language_model = get_peft_model(vlm.language_model, config)
+        vlm.vision_tower.requires_grad_(False)
+        vlm.multi_modal_projector.requires_grad_(False)
+        from peft import inject_adapter_in_model
+
+        expert = self.expert_module()
+        inject_adapter_in_model(config, expert)
+        for name, param in expert.named_parameters():
+            param.requires_grad_("lora_" in name)
+
+    def expert_module(self) -> nn.Module:
+        return self.model.pi0.model.dit if self.dims.family == "pi0" else self.model.expert
+
+    @property
+    def device(self) -> torch.device:
+        return next(self.model.parameters()).device
+
+    # -- observations -> model inputs ------------------------------------------------------------
+    def _normalized_state(self, state: torch.Tensor) -> torch.Tensor:
+        if self.checkpoint is not None:
+            return self.checkpoint.state_norm.normalize(state)
+        return self.state_norm(state) if self.cfg.normalize_state else state
+
+    def _prefix(self, obs: dict[str, Any]) -> tuple[PrefixCache, torch.Tensor]:
+        obs = to_tensors(obs, self.device)
+        state = obs["state"].float()
+        batch = state.shape[0]
+        size = self.dims.vision.image_size
+        dtype = next(self.model.parameters()).dtype
+        pixels, present = [], []
+        for slot_index in range(len(self.slots)):
+            if slot_index < len(self.cfg.cameras):
+                pixels.append(siglip_pixels(obs["images"][self.cfg.cameras[slot_index]], size))
+                present.append(torch.ones(batch, dtype=torch.bool, device=self.device))
+            elif self.layout == "openpi":
+                pixels.append(torch.full((batch, 3, size, size), -1.0, device=self.device))
+                present.append(torch.zeros(batch, dtype=torch.bool, device=self.device))
+        normalized = self._normalized_state(state)
+        tasks = list(obs.get("instruction") or []) or [self.spec.instruction] * batch
+        if self.dims.family == "pi05":
+            prompts = [
+                pi05_prompt(t, row) for t, row in zip(tasks, normalized.detach().cpu().numpy(), strict=True)
+            ]
+        else:
+            prompts = [pi0_prompt(t, self.layout) for t in tasks]
+        tokens, token_mask = tokenize(self.tokenizer, prompts, self.token_length)
+        prefix = self.model.encode_prefix(
+            torch.stack(pixels, 1).to(dtype),
+            torch.stack(present, 1),
+            tokens.to(self.device),
+            token_mask.to(self.device),
+        )
+        return prefix, pad_to(normalized, self.dims.max_state_dim)
+
+    def _state_for_expert(self, state: torch.Tensor) -> torch.Tensor | None:
+        return state if self.dims.family == "pi0" else None
+
+    def _value(self, prefix: PrefixCache) -> torch.Tensor | None:
+        if self.value_head is None:
+            return None
+        mask = prefix.mask.float()[..., None]
+        pooled = (prefix.hidden.float() * mask).sum(1) / mask.sum(1).clamp(min=1.0)
+        if self.cfg.vla.detach_value_head:
+            pooled = pooled.detach()
+        return self.value_head(pooled).squeeze(-1)
+
+    def _velocity(self, prefix: PrefixCache, state: torch.Tensor, x: torch.Tensor, t: float) -> torch.Tensor:
+        times = torch.full((x.shape[0],), t, dtype=torch.float32, device=x.device)
+        dtype = next(self.model.parameters()).dtype
+        return self.model.velocity(prefix, self._state_for_expert(state), x.to(dtype), times).float()
+
+    def _step(
+        self, x: torch.Tensor, v: torch.Tensor, t: float, stochastic: bool
+    ) -> tuple[torch.Tensor, float]:
+        return self.schedule.step(x, v, t, stochastic)
+
+    # -- the interface -------------------------------------------------------------------------
+    def env_actions(self, chunk_end: torch.Tensor) -> torch.Tensor:
+        """The chain's end [B, chunk, max_action_dim] -> env actions [B, chunk, action_dim]."""
+        real = chunk_end[..., : self.action_dim]
+        if self.checkpoint is None:
+            return self.to_env_units(real.clamp(-1.0, 1.0))
+        actions = self.checkpoint.action_norm.unnormalize(real)
+        low = torch.as_tensor(self.spec.action.low_array(), device=actions.device, dtype=actions.dtype)
+        high = torch.as_tensor(self.spec.action.high_array(), device=actions.device, dtype=actions.dtype)
+        return torch.maximum(torch.minimum(actions, high), low)
+
+    @torch.no_grad()
+    def act(self, obs: dict[str, Any], mode: str = "sample") -> PolicyOutput:
+        if mode not in ("sample", "greedy"):
+            raise ValueError(f"mode must be 'sample' or 'greedy', got {mode!r}")
+        prefix, state = self._prefix(obs)
+        batch, greedy = state.shape[0], mode == "greedy"
+        shape = (batch, self.chunk_size, self.dims.max_action_dim)
+        x = torch.zeros(shape, device=self.device) if greedy else torch.randn(shape, device=self.device)
+        chain, log_prob = [x], torch.zeros(batch, device=self.device)
+        for t in self.schedule.times():
+            mean, std = self._step(x, self._velocity(prefix, state, x, t), t, stochastic=not greedy)
+            if std > 0:
+                noise = torch.zeros_like(mean)
+                noise[..., : self.action_dim] = torch.randn_like(mean[..., : self.action_dim])
+                x = mean + std * noise
+                log_prob = log_prob + gaussian_log_prob(
+                    x[..., : self.action_dim], mean[..., : self.action_dim], std
+                )
+            else:
+                x = mean
+            chain.append(x)
+        chain = torch.stack(chain, 1)
+        return PolicyOutput(self.env_actions(chain[:, -1]), chain, log_prob, self._value(prefix))
+
+    def evaluate(self, obs: dict[str, Any], samples: torch.Tensor) -> PolicyEvaluation:
+        prefix, state = self._prefix(obs)
+        chain = samples.to(self.device).float()
+        batch, dims = chain.shape[0], self.action_dim
+        log_prob = torch.zeros(batch, device=self.device)
+        entropy = torch.zeros(batch, device=self.device)
+        for k, t in enumerate(self.schedule.times()):
+            mean, std = self._step(
+                chain[:, k], self._velocity(prefix, state, chain[:, k], t), t, stochastic=True
+            )
+            if std > 0:
+                log_prob = log_prob + gaussian_log_prob(chain[:, k + 1, ..., :dims], mean[..., :dims], std)
+                entropy = entropy + self.chunk_size * dims * (
+                    0.5 * math.log(2 * math.pi * math.e) + math.log(std)
+                )
+        return PolicyEvaluation(log_prob, entropy, self._value(prefix))
+
+    def value(self, obs: dict[str, Any]) -> torch.Tensor:
+        if self.value_head is None:
+            raise ValueError("this policy has no value head (policy.value_head=false)")
+        return self._value(self._prefix(obs)[0])
+
+    def imitation_loss(
+        self, obs: dict[str, Any], unit_targets: torch.Tensor, valid: torch.Tensor
+    ) -> torch.Tensor:
+        """Upstream's flow-matching loss at t ~ Beta(1.5, 1) * 0.999 + 0.001, over the env's action dims."""
+        prefix, state = self._prefix(obs)
+        targets = unit_targets.to(self.device).float()
+        if self.checkpoint is not None:
+            targets = self.checkpoint.action_norm.normalize(self.to_env_units(targets))
+        targets = pad_to(targets, self.dims.max_action_dim)
+        batch = targets.shape[0]
+        t = torch.distributions.Beta(1.5, 1.0).sample((batch,)).to(self.device) * 0.999 + 0.001
+        noise = torch.randn_like(targets)
+        noisy = t[:, None, None] * noise + (1 - t[:, None, None]) * targets
+        dtype = next(self.model.parameters()).dtype
+        v = self.model.velocity(prefix, self._state_for_expert(state), noisy.to(dtype), t).float()
+        errors = (v - (noise - targets))[..., : self.action_dim].pow(2).mean(-1)
+        valid = valid.to(self.device).float()
+        return (errors * valid).sum() / valid.sum().clamp(min=1.0)
+
+    @property
+    def cameras(self) -> list[str]:
+        return list(self.cfg.cameras)
+
+    @property
+    def has_value_head(self) -> bool:
+        return self.value_head is not None
+
+    def update_normalizers(self, obs: dict[str, Any]) -> None:
+        if self.state_norm is not None and self.cfg.normalize_state:
+            self.state_norm.update(to_tensors(obs, self.device)["state"])
+
+    def config_dict(self) -> dict[str, Any]:
+        return asdict(self.cfg)

@@ -1,0 +1,178 @@
+"""``PiPolicy``: π0 and π0.5 (tiny random instances of the real classes, and the upstream-written
+reference checkpoint) behind the policy interface, with the Flow-SDE sampler for RL."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+torch = pytest.importorskip("torch")
+pytest.importorskip("transformers")
+
+import sim_envs  # noqa: E402
+from policies import PolicyConfig, load_policy, make_policy  # noqa: E402
+from policies.config import VLAConfig  # noqa: E402
+from policies.vla.pi.loaded import load_pi  # noqa: E402
+from policies.vla.pi.models import euler_sample  # noqa: E402
+from policies.vla.pi.policy import PiPolicy  # noqa: E402
+from protos.batch import stack_obs  # noqa: E402
+from tests.policies.test_vla import one_decision_batch  # noqa: E402
+from trainer.algorithms.grpo import GRPO, GRPOConfig  # noqa: E402
+from trainer.algorithms.ppo import PPO, PPOConfig  # noqa: E402
+
+FAMILIES = ["pi0", "pi05"]
+REFERENCE = Path(__file__).resolve().parents[2].parent / "shared" / "vla_reference"
+
+
+@pytest.fixture(scope="module")
+def env():
+    env = sim_envs.make("rlinf/FrankaReach-v0", cameras=("front",), image_height=64, image_width=64)
+    yield env
+    env.close()
+
+
+def observations(env, n=4):
+    return stack_obs([env.reset(seed=i)[0] for i in range(n)])
+
+
+def tiny(env, family: str, chunk: int = 2, vla: dict | None = None, **overrides) -> PiPolicy:
+    torch.manual_seed(0)
+    vla_cfg = VLAConfig(backbone=f"tiny:{family}", head="flow", flow_steps=3, **(vla or {}))
+    cfg = PolicyConfig(kind="vla", cameras=["front"], chunk_size=chunk, vla=vla_cfg, **overrides)
+    policy = make_policy(env.env_spec, cfg)
+    assert isinstance(policy, PiPolicy)
+    return policy
+
+
+@pytest.mark.parametrize("family", FAMILIES)
+def test_act_gives_chunks_in_bounds_and_evaluate_reproduces_their_log_prob(env, family):
+    policy = tiny(env, family)
+    obs = observations(env)
+    out = policy.act(obs)
+    assert out.actions.shape == (4, 2, env.env_spec.action.dim) and out.value.shape == (4,)
+    low, high = env.env_spec.action.low_array(), env.env_spec.action.high_array()
+    assert np.all(out.actions.numpy() >= low - 1e-6) and np.all(out.actions.numpy() <= high + 1e-6)
+    evaluation = policy.evaluate(obs, out.samples)
+    torch.testing.assert_close(evaluation.log_prob, out.log_prob, atol=1e-5, rtol=1e-6)
+    torch.testing.assert_close(evaluation.value, out.value, atol=1e-5, rtol=0)
+    assert not torch.equal(policy.act(obs).samples, out.samples)
+    torch.testing.assert_close(policy.act(obs, "greedy").actions, policy.act(obs, "greedy").actions)
+    # Noise only in the env's action dims: the padding to max_action_dim follows its mean.
+    pad = out.samples[:, 1:, :, env.env_spec.action.dim :]
+    again = policy.act(obs).samples[:, 1:, :, env.env_spec.action.dim :]
+    assert not torch.equal(pad, again)  # it depends on the (random) real dims through the expert
+    assert out.log_prob.abs().sum() > 0
+
+
+@pytest.mark.parametrize("family", FAMILIES)
+def test_a_grpo_step_moves_log_probs_in_the_sign_of_the_advantages(env, family):
+    policy = tiny(env, family, value_head=False)
+    obs = observations(env)
+    out = policy.act(obs)
+    grpo = GRPO(policy, GRPOConfig(group_size=2, learning_rate=1e-4, update_epochs=1, num_minibatches=1))
+    grpo.update(one_decision_batch(obs, out, [1.0, 0.0, 0.0, 1.0]))
+    moved = policy.evaluate(obs, out.samples).log_prob.detach() - out.log_prob
+    assert moved[[0, 3]].mean() > 0 > moved[[1, 2]].mean(), moved
+
+
+@pytest.mark.parametrize("family", FAMILIES)
+def test_a_ppo_step_moves_log_probs_in_the_sign_of_the_advantages(env, family):
+    policy = tiny(env, family)
+    obs = observations(env)
+    out = policy.act(obs)
+    ppo = PPO(policy, PPOConfig(learning_rate=1e-4, update_epochs=1, num_minibatches=1, value_coef=0.0))
+    ppo.update(one_decision_batch(obs, out, [2.0, -2.0, -2.0, 2.0]))
+    moved = policy.evaluate(obs, out.samples).log_prob.detach() - out.log_prob
+    assert moved[[0, 3]].mean() > 0 > moved[[1, 2]].mean(), moved
+
+
+@pytest.mark.parametrize("family", FAMILIES)
+def test_lora_targets_the_real_module_names_and_the_vision_tower_is_frozen(env, family):
+    full = tiny(env, family, value_head=False)
+    lora = tiny(env, family, value_head=False, vla={"lora_rank": 4})
+    trainable = {n for n, p in lora.named_parameters() if p.requires_grad}
+    adapted = {n.split(".lora_")[0].rsplit(".", 1)[-1] for n in trainable if "lora_A" in n}
+    assert adapted == {"q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"}
+    assert any("language_model" in n for n in trainable if "lora_A" in n)
+    expert = "model.dit" if family == "pi0" else "model.expert"
+    assert any(expert in n for n in trainable if "lora_A" in n)
+    assert not any("vision_tower" in n for n in trainable)
+    assert not any(("language_model" in n or expert in n) and "lora_" not in n for n in trainable)
+    assert not any("vision_tower" in n for n, p in full.named_parameters() if p.requires_grad)
+    assert sum(p.numel() for n, p in lora.named_parameters() if n in trainable) < 0.5 * sum(
+        p.numel() for p in full.parameters()
+    )
+
+
+@pytest.mark.parametrize("family", FAMILIES)
+def test_imitation_moves_the_expert_toward_the_targets(env, family):
+    policy = tiny(env, family, value_head=False)
+    obs = observations(env)
+    targets = torch.full((4, 2, env.env_spec.action.dim), 0.5)
+    valid = torch.ones(4, 2)
+    optimizer = torch.optim.Adam([p for p in policy.parameters() if p.requires_grad], lr=3e-3)
+    adim = env.env_spec.action.dim
+
+    def distance() -> float:
+        return (policy.act(obs, "greedy").samples[:, -1, :, :adim] - 0.5).abs().mean().item()
+
+    before = distance()
+    for _ in range(40):
+        loss = policy.imitation_loss(obs, targets, valid)
+        optimizer.zero_grad()
+        loss.backward()
+        optimizer.step()
+    after = distance()
+    print(f"{family}: greedy chunk's distance to the targets {before:.3f} -> {after:.3f}")
+    assert after < 0.5 * before
+
+
+@pytest.mark.parametrize("family", FAMILIES)
+def test_save_then_load_gives_the_same_actions(env, family, tmp_path):
+    policy = tiny(env, family)
+    policy.update_normalizers(observations(env, 8))
+    policy.save(tmp_path / "p")
+    loaded = load_policy(tmp_path / "p")
+    obs = observations(env)
+    torch.testing.assert_close(loaded.act(obs, "greedy").actions, policy.act(obs, "greedy").actions)
+
+
+def reference_spec(env):
+    """The Reach env's spec with the fixtures' sizes: an 8-dim state, 7 actions, one camera."""
+    from protos import EnvSpec
+
+    spec = env.env_spec.to_dict()
+    spec["state_fields"] = [{"name": "joint_pos", "size": 8}]
+    spec["cameras"] = [{"name": "base", "height": 64, "width": 64, "fps": 10.0}]
+    spec["action"] = {**spec["action"], "low": [-10.0] * 7, "high": [10.0] * 7}
+    return EnvSpec.from_dict(spec)
+
+
+@pytest.mark.skipif(not REFERENCE.is_dir(), reason=f"no reference fixtures at {REFERENCE}")
+@pytest.mark.parametrize("family", FAMILIES)
+def test_at_noise_level_zero_the_sampler_is_upstreams_euler_sampler(env, family):
+    """The policy over the real (upstream-written) checkpoint: greedy with a = 0 from zero noise is
+    upstream's 10-step Euler chunk, mapped to env units by the checkpoint's norm stats."""
+    folder = REFERENCE / family
+    vla = VLAConfig(
+        checkpoint=str(folder / "openpi"), dims=str(folder / "tiny_dims.json"),
+        tokenizer=str(folder / "paligemma_tokenizer"), head="flow", flow_steps=10, flow_noise_level=0.0,
+    )  # fmt: skip
+    spec = reference_spec(env)
+    policy = make_policy(spec, PolicyConfig(kind="vla", cameras=["base"], chunk_size=5, vla=vla))
+    loaded = load_pi(folder / "openpi", folder / "tiny_dims.json", folder / "paligemma_tokenizer")
+    generator = torch.Generator().manual_seed(0)
+    obs = {
+        "state": torch.randn(2, 8, generator=generator),
+        "images": {"base": torch.randint(0, 255, (2, 64, 64, 3), dtype=torch.uint8, generator=generator)},
+        "instruction": ["pick up the red cube", "open the drawer"],
+    }
+    noise = torch.zeros(2, 5, 32)
+    batch = loaded.inputs({"base_0_rgb": obs["images"]["base"]}, obs["state"], obs["instruction"])
+    upstream = euler_sample(loaded.model, loaded.prefix(batch), batch.state, noise, 10)[0]
+    ours = policy.act(obs, "greedy")
+    torch.testing.assert_close(ours.samples[:, -1], upstream, atol=1e-5, rtol=0)
+    expected = torch.clamp(loaded.checkpoint.action_norm.unnormalize(upstream[..., :7]), -10.0, 10.0)
+    torch.testing.assert_close(ours.actions, expected, atol=1e-5, rtol=0)
