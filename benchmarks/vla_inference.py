@@ -26,8 +26,22 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 LEROBOT_PYTHON = ROOT / ".venv-lerobot-vla" / "bin" / "python"
 CONFIG = {
-    "paligemma": {"width": 512, "depth": 6, "mlp_dim": 2048, "num_heads": 8, "num_kv_heads": 1, "head_dim": 64},
-    "action_expert": {"width": 256, "depth": 6, "mlp_dim": 1024, "num_heads": 8, "num_kv_heads": 1, "head_dim": 64},
+    "paligemma": {
+        "width": 512,
+        "depth": 6,
+        "mlp_dim": 2048,
+        "num_heads": 8,
+        "num_kv_heads": 1,
+        "head_dim": 64,
+    },
+    "action_expert": {
+        "width": 256,
+        "depth": 6,
+        "mlp_dim": 1024,
+        "num_heads": 8,
+        "num_kv_heads": 1,
+        "head_dim": 64,
+    },
     "chunk_size": 50,
     "batch": 1,
     "cameras": 2,
@@ -80,7 +94,9 @@ def lerobot(rounds: int) -> dict:
     with tempfile.NamedTemporaryFile("w", suffix=".json", delete=False) as f:
         json.dump(CONFIG, f)
     script = ROOT / "benchmarks" / "peers" / "lerobot_pi0_latency.py"
-    out = subprocess.run([str(LEROBOT_PYTHON), str(script), f.name, str(rounds)], capture_output=True, text=True, check=True)
+    out = subprocess.run(
+        [str(LEROBOT_PYTHON), str(script), f.name, str(rounds)], capture_output=True, text=True, check=True
+    )
     return json.loads(out.stdout.strip().splitlines()[-1])
 
 
@@ -96,7 +112,13 @@ def main() -> None:
     print(f"  LeRobot: {theirs['median_s']:.3f} s/chunk, peak RSS {theirs['peak_rss_mb']:.0f} MB", flush=True)
     ratio = mine["median_s"] / theirs["median_s"]
     print(f"  ours / LeRobot latency: {ratio:.2f}x (target <= 1.0x)")
-    result = {"config": CONFIG, "rounds": args.rounds, "ours": mine, "lerobot": theirs, "latency_ratio": ratio}
+    result = {
+        "config": CONFIG,
+        "rounds": args.rounds,
+        "ours": mine,
+        "lerobot": theirs,
+        "latency_ratio": ratio,
+    }
     target = ROOT / "benchmarks" / "results" / "vla_inference.json"
     target.write_text(json.dumps(result, indent=2) + "\n")
     print(f"wrote {target}")

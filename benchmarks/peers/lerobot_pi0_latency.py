@@ -22,11 +22,14 @@ from lerobot.policies.pi0.configuration_pi0 import PI0Config
 
 
 def main() -> None:
-    dims = json.loads(open(sys.argv[1]).read())
+    with open(sys.argv[1]) as f:
+        dims = json.load(f)
     rounds = int(sys.argv[2])
     torch.set_num_threads(int(dims.get("threads", torch.get_num_threads())))
     gemma = {name: modeling_pi0.GemmaConfig(**dims[name]) for name in ("paligemma", "action_expert")}
-    modeling_pi0.get_gemma_config = lambda variant: gemma["paligemma" if variant == "gemma_2b" else "action_expert"]
+    modeling_pi0.get_gemma_config = lambda variant: gemma[
+        "paligemma" if variant == "gemma_2b" else "action_expert"
+    ]
     original = modeling_pi0.PaliGemmaForConditionalGenerationWithPiGemma.__init__
 
     def sized(self, config, *args, **kwargs):
@@ -35,7 +38,9 @@ def main() -> None:
         original(self, config, *args, **kwargs)
 
     modeling_pi0.PaliGemmaForConditionalGenerationWithPiGemma.__init__ = sized
-    config = PI0Config(chunk_size=dims["chunk_size"], n_action_steps=dims["chunk_size"], dtype="float32", device="cpu")
+    config = PI0Config(
+        chunk_size=dims["chunk_size"], n_action_steps=dims["chunk_size"], dtype="float32", device="cpu"
+    )
     torch.manual_seed(0)
     model = modeling_pi0.PI0Pytorch(config).eval()
     batch, cameras, tokens = dims["batch"], dims["cameras"], dims["tokens"]
@@ -54,7 +59,11 @@ def main() -> None:
                 times.append(time.perf_counter() - start)
     peak_mb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
     params = sum(p.numel() for p in model.parameters())
-    print(json.dumps({"median_s": statistics.median(times), "times_s": times, "peak_rss_mb": peak_mb, "params": params}))
+    print(
+        json.dumps(
+            {"median_s": statistics.median(times), "times_s": times, "peak_rss_mb": peak_mb, "params": params}
+        )
+    )
 
 
 if __name__ == "__main__":
