@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import resource
 import statistics
 import subprocess
 import sys
@@ -50,6 +49,14 @@ CONFIG = {
 }
 
 
+def peak_rss_mb() -> float:
+    """This process's resident high-water mark (VmHWM: unlike ru_maxrss, not inherited across exec)."""
+    for line in Path("/proc/self/status").read_text().splitlines():
+        if line.startswith("VmHWM:"):
+            return int(line.split()[1]) / 1024
+    return float("nan")
+
+
 def ours(rounds: int) -> dict:
     import torch
 
@@ -83,7 +90,7 @@ def ours(rounds: int) -> dict:
             euler_sample(model, prefix, state, noise, 10)
             if i > 0:
                 times.append(time.perf_counter() - start)
-    peak_mb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    peak_mb = peak_rss_mb()
     params = sum(p.numel() for p in model.parameters())
     return {"median_s": statistics.median(times), "times_s": times, "peak_rss_mb": peak_mb, "params": params}
 

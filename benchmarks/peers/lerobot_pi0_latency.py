@@ -11,14 +11,22 @@ dims asked for and the projector is sized to the Gemma width; nothing else of Le
 from __future__ import annotations
 
 import json
-import resource
 import statistics
 import sys
 import time
+from pathlib import Path
 
 import torch
 from lerobot.policies.pi0 import modeling_pi0
 from lerobot.policies.pi0.configuration_pi0 import PI0Config
+
+
+def peak_rss_mb() -> float:
+    """This process's resident high-water mark (VmHWM: unlike ru_maxrss, not inherited across exec)."""
+    for line in Path("/proc/self/status").read_text().splitlines():
+        if line.startswith("VmHWM:"):
+            return int(line.split()[1]) / 1024
+    return float("nan")
 
 
 def main() -> None:
@@ -57,7 +65,7 @@ def main() -> None:
             model.sample_actions(images, masks, lang, lang_mask, state, noise=noise)
             if i > 0:  # the first is warm-up
                 times.append(time.perf_counter() - start)
-    peak_mb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    peak_mb = peak_rss_mb()
     params = sum(p.numel() for p in model.parameters())
     print(
         json.dumps(

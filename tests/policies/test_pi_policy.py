@@ -176,3 +176,29 @@ def test_at_noise_level_zero_the_sampler_is_upstreams_euler_sampler(env, family)
     torch.testing.assert_close(ours.samples[:, -1], upstream, atol=1e-5, rtol=0)
     expected = torch.clamp(loaded.checkpoint.action_norm.unnormalize(upstream[..., :7]), -10.0, 10.0)
     torch.testing.assert_close(ours.actions, expected, atol=1e-5, rtol=0)
+
+
+def test_a_pi_checkpoint_asked_for_as_a_tokens_policy_is_refused(env):
+    with pytest.raises(ValueError, match=r"set policy\.vla\.head=flow"):
+        make_policy(
+            env.env_spec,
+            PolicyConfig(kind="vla", cameras=["front"], chunk_size=2, vla=VLAConfig(backbone="tiny:pi0")),
+        )
+
+
+@pytest.mark.parametrize("family", FAMILIES)
+def test_train_runs_grpo_on_it_unchanged_and_saves_a_loadable_policy(family, tmp_path):
+    from trainer.checkpoint import POLICY_DIR, latest_checkpoint
+    from trainer.configs import load_config
+    from trainer.runner import Runner
+
+    env_yaml = "env.kwargs={cameras: [front], image_height: 64, image_width: 64, action_rotation: false, max_episode_steps: 4}"
+    cfg = load_config("grpo_reach", [
+        "policy.kind=vla", "policy.cameras=[front]", f"policy.vla.backbone=tiny:{family}", "policy.vla.head=flow",
+        "policy.vla.flow_steps=2", "policy.chunk_size=2", "policy.value_head=false", "env.id=rlinf/FrankaReach-v0",
+        "env.num_envs=4", "env.backend=inline", env_yaml, "algo.group_size=2", "run.eval_every=0", "run.video=false",
+        "run.final_eval_episodes=0", "run.total_env_steps=16", f"run.output_dir={tmp_path}",
+    ])  # fmt: skip
+    Runner(cfg).run()
+    saved = load_policy(latest_checkpoint(tmp_path) / POLICY_DIR)
+    assert isinstance(saved, PiPolicy) and saved.dims.family == family

@@ -72,6 +72,10 @@ class PiPolicy(Policy):
                 raise ValueError(
                     f"policy camera {name!r} is not in the env's cameras {list(spec.camera_names)}"
                 )
+        if vla.head != "flow":
+            raise ValueError(
+                f"π0 / π0.5 are flow-matching policies: set policy.vla.head=flow (got {vla.head!r})"
+            )
         if vla.checkpoint:
             self._init_checkpoint(Path(vla.checkpoint), weights=saved is None)
         else:
