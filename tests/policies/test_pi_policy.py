@@ -17,8 +17,7 @@ from policies.config import VLAConfig  # noqa: E402
 from policies.vla.pi.loaded import load_pi  # noqa: E402
 from policies.vla.pi.models import euler_sample  # noqa: E402
 from policies.vla.pi.policy import PiPolicy  # noqa: E402
-from protos.batch import stack_obs  # noqa: E402
-from tests.policies.test_vla import one_decision_batch  # noqa: E402
+from tests.policies.test_vla import observations, one_decision_batch  # noqa: E402
 from trainer.algorithms.grpo import GRPO, GRPOConfig  # noqa: E402
 from trainer.algorithms.ppo import PPO, PPOConfig  # noqa: E402
 
@@ -31,10 +30,6 @@ def env():
     env = sim_envs.make("rlinf/FrankaReach-v0", cameras=("front",), image_height=64, image_width=64)
     yield env
     env.close()
-
-
-def observations(env, n=4):
-    return stack_obs([env.reset(seed=i)[0] for i in range(n)])
 
 
 def tiny(env, family: str, chunk: int = 2, vla: dict | None = None, **overrides) -> PiPolicy:
