@@ -6,10 +6,13 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-VENV=.venv-lerobot
-PINS=(lerobot-dataset==0.5.0)
-if [ -x "$VENV/bin/python" ] && "$VENV/bin/python" -c "import ledataset" >/dev/null 2>&1; then
-  echo "[lerobot-venv] $VENV is ready"
+# Another LeRobot side venv reuses this script: VENV, PINS (space-separated) and CHECK (a module
+# to import) override the defaults (scripts/lerobot_vla_venv.sh).
+VENV=${VENV:-.venv-lerobot}
+read -r -a PINS <<< "${PINS:-lerobot-dataset==0.5.0}"
+CHECK=${CHECK:-ledataset}
+if [ -x "$VENV/bin/python" ] && "$VENV/bin/python" -c "import $CHECK" >/dev/null 2>&1; then
+  echo "[$VENV] $VENV is ready"
   exit 0
 fi
 FOUND=""
@@ -20,16 +23,16 @@ for candidate in "${PYTHON312:-}" python3.12 "$HOME"/.pyenv/versions/3.12*/bin/p
   fi
 done
 if [ -z "$FOUND" ]; then
-  echo "[lerobot-venv] no Python >= 3.12 found (set PYTHON312=...)" >&2
+  echo "[$VENV] no Python >= 3.12 found (set PYTHON312=...)" >&2
   exit 1
 fi
 PYTHON312="$FOUND"
-echo "[lerobot-venv] creating $VENV with $("$PYTHON312" --version) and ${PINS[*]}"
+echo "[$VENV] creating $VENV with $("$PYTHON312" --version) and ${PINS[*]}"
 # Built aside and moved into place only once it works: a half-built venv is never taken for a ready one.
 rm -rf "$VENV" "$VENV.partial"
 "$PYTHON312" -m venv "$VENV.partial"
 "$VENV.partial/bin/python" -m pip install --disable-pip-version-check -q "${PINS[@]}" 2>&1 | grep -v "^WARNING: Location" || true
-"$VENV.partial/bin/python" -c "import ledataset" # fails loudly if the install did not work
+"$VENV.partial/bin/python" -c "import $CHECK" # fails loudly if the install did not work
 mv "$VENV.partial" "$VENV"
-"$VENV/bin/python" -c "import ledataset"
-echo "[lerobot-venv] done: $VENV"
+"$VENV/bin/python" -c "import $CHECK"
+echo "[$VENV] done: $VENV"

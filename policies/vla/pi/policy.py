@@ -219,11 +219,6 @@ class PiPolicy(Policy):
         dtype = next(self.model.parameters()).dtype
         return self.model.velocity(prefix, self._state_for_expert(state), x.to(dtype), times).float()
 
-    def _step(
-        self, x: torch.Tensor, v: torch.Tensor, t: float, stochastic: bool
-    ) -> tuple[torch.Tensor, float]:
-        return self.schedule.step(x, v, t, stochastic)
-
     # -- the interface -------------------------------------------------------------------------
     def env_actions(self, chunk_end: torch.Tensor) -> torch.Tensor:
         """The chain's end [B, chunk, max_action_dim] -> env actions [B, chunk, action_dim]."""
@@ -245,7 +240,7 @@ class PiPolicy(Policy):
         x = torch.zeros(shape, device=self.device) if greedy else torch.randn(shape, device=self.device)
         chain, log_prob = [x], torch.zeros(batch, device=self.device)
         for t in self.schedule.times():
-            mean, std = self._step(x, self._velocity(prefix, state, x, t), t, stochastic=not greedy)
+            mean, std = self.schedule.step(x, self._velocity(prefix, state, x, t), t, stochastic=not greedy)
             if std > 0:
                 noise = torch.zeros_like(mean)
                 noise[..., : self.action_dim] = torch.randn_like(mean[..., : self.action_dim])
@@ -266,7 +261,7 @@ class PiPolicy(Policy):
         log_prob = torch.zeros(batch, device=self.device)
         entropy = torch.zeros(batch, device=self.device)
         for k, t in enumerate(self.schedule.times()):
-            mean, std = self._step(
+            mean, std = self.schedule.step(
                 chain[:, k], self._velocity(prefix, state, chain[:, k], t), t, stochastic=True
             )
             if std > 0:
