@@ -24,6 +24,7 @@ import torch
 
 from policies.vla.pi.dims import PiDims, variant, with_dims_file
 from policies.vla.pi.inputs import Normalization
+from policies.vla.weights import CheckpointError
 
 LAYOUTS = ("openpi", "lerobot")
 OPENPI_CAMERAS = ("base_0_rgb", "left_wrist_0_rgb", "right_wrist_0_rgb")
@@ -40,10 +41,6 @@ UNUSED_KEYS = {
 }
 TIED_EMBEDDING = "paligemma_with_expert.paligemma.model.language_model.embed_tokens.weight"
 TIED_HEAD = "paligemma_with_expert.paligemma.lm_head.weight"
-
-
-class CheckpointError(ValueError):
-    """A checkpoint folder that cannot be used, said in one line."""
 
 
 @dataclass(frozen=True)

@@ -10,9 +10,7 @@ Parameters are created on the meta device (:func:`empty_parameters`) and filled 
 
 from __future__ import annotations
 
-import contextlib
 import math
-from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -21,23 +19,7 @@ from torch import nn
 from torch.nn import functional
 
 from policies.vla.pi.dims import GemmaDims, PiDims
-
-
-@contextlib.contextmanager
-def empty_parameters() -> Iterator[None]:
-    """Modules built inside get their parameters on the meta device (buffers stay real)."""
-    register = nn.Module.register_parameter
-
-    def on_meta(module: nn.Module, name: str, param: nn.Parameter | None) -> None:
-        register(module, name, param)
-        if param is not None:
-            module._parameters[name] = nn.Parameter(param.to("meta"), requires_grad=param.requires_grad)
-
-    nn.Module.register_parameter = on_meta
-    try:
-        yield
-    finally:
-        nn.Module.register_parameter = register
+from policies.vla.weights import empty_parameters
 
 
 def gemma_config(dims: GemmaDims, vocab_size: int) -> dict[str, Any]:
