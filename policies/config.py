@@ -26,12 +26,14 @@ class VLAConfig:
     flow_noise_level: float = 0.5  # flow: the SDE's noise scale ``a`` (sigma_t = a sqrt(t / (1 - t)))
     expert_width: int = 128  # flow: the action expert's width
     expert_layers: int = 2
-    # The π families as upstream defines them (backbone tiny:pi0 / tiny:pi05, or a checkpoint):
+    # The published families as upstream defines them (a checkpoint folder, or backbone tiny:pi0 /
+    # tiny:pi05 / tiny:openvla):
     checkpoint: str = ""  # an openpi or LeRobot π0 / π0.5 folder (policies.vla.pi.checkpoint)
     dims: str = ""  # sizes where the checkpoint's config names variants its weights do not have
     tokenizer: str = ""  # the PaliGemma tokenizer's folder, where the checkpoint has none
     asset_id: str = ""  # openpi: which assets/<asset_id>/norm_stats.json
     train_vision: bool = False  # π: the SigLIP tower trains too (frozen by default, as openpi's LoRA)
+    unnorm_key: str = ""  # OpenVLA: which of the checkpoint's norm_stats map its bins to actions
 
     def __post_init__(self) -> None:
         if self.head not in VLA_HEADS:

@@ -21,10 +21,14 @@ def make_policy(spec: EnvSpec, cfg: PolicyConfig | dict[str, Any], saved: str | 
         cfg = PolicyConfig.from_dict(cfg)
     if cfg.kind == "vla":
         # transformers only where a VLA is asked for
+        from policies.vla.openvla.policy import OpenVLAPolicy, is_openvla_config
         from policies.vla.pi.policy import PiPolicy, is_pi_config
         from policies.vla.policy import VLAPolicy
 
-        cls = PiPolicy if is_pi_config(cfg) else VLAPolicy
+        if is_openvla_config(cfg):
+            cls: type[Policy] = OpenVLAPolicy
+        else:
+            cls = PiPolicy if is_pi_config(cfg) else VLAPolicy
         policy: Policy = cls(spec, cfg, saved=None if saved is None else Path(saved))
     else:
         policy = GaussianActorCritic(spec, cfg)

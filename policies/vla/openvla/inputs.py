@@ -23,10 +23,14 @@ def prompt(instruction: str) -> str:
     return PROMPT.format(instruction=instruction)
 
 
-def tokenize(tokenizer: object, instructions: list[str]) -> tuple[torch.Tensor, torch.Tensor]:
-    """Left-padded ids [B, L] and mask of the prompts, each ending in :data:`ACTION_START_TOKEN`."""
+def tokenize(
+    tokenizer: object, instructions: list[str], action_start: bool = True
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Left-padded ids [B, L] and mask of the prompts, each ending in :data:`ACTION_START_TOKEN`
+    (``action_start``: a Llama-2 vocabulary; tiny tokenizers have no such id)."""
     rows = [tokenizer(prompt(text)).input_ids for text in instructions]
-    rows = [ids if ids[-1] == ACTION_START_TOKEN else [*ids, ACTION_START_TOKEN] for ids in rows]
+    if action_start:
+        rows = [ids if ids[-1] == ACTION_START_TOKEN else [*ids, ACTION_START_TOKEN] for ids in rows]
     length = max(len(ids) for ids in rows)
     pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else 0
     tokens = torch.tensor([[pad] * (length - len(ids)) + ids for ids in rows])

@@ -1,0 +1,273 @@
+"""``OpenVLAPolicy``: OpenVLA (a published checkpoint, or ``tiny:openvla``) behind the policy
+interface, RL-ready as RLinf does it.
+
+One action per step (``chunk_size=1``), written as ``action_dim`` tokens after the prompt. Sampling
+and scoring use the logits masked to the ``n_action_bins`` action ids (RLinf's OpenVLA PPO / GRPO):
+``act`` decodes with the KV cache, ``evaluate`` re-scores the stored tokens in one teacher-forced
+pass. A value head reads the last prompt position's hidden state. Samples are the token ids, stored
+as floats (exact below 2**24). A checkpoint's ``norm_stats[unnorm_key]`` map the bins to env units
+(then clipped into the spec's bounds); ``tiny:openvla`` acts in [-1, 1] units.
+
+The vision backbone is frozen unless ``policy.vla.train_vision``; the ViT parts upstream stores but
+never runs (:meth:`OpenVLA.stored_only`) are always frozen. LoRA (peft) goes on the Llama's
+projections only.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+from torch import nn
+from torch.distributions import Categorical
+
+from policies.base import Policy, PolicyEvaluation, PolicyOutput, to_tensors
+from policies.config import PolicyConfig
+from policies.vla.openvla.checkpoint import (
+    OpenVLACheckpoint,
+    is_openvla_folder,
+    load_weights,
+    read_checkpoint,
+)
+from policies.vla.openvla.inputs import normalize, pixels, tokenize
+from policies.vla.openvla.loaded import load_tokenizer
+from policies.vla.openvla.model import Prompt, build_model, generate
+from policies.vla.openvla.vision import TIMM_VITS
+from policies.vla.weights import CheckpointError
+from protos import EnvSpec
+
+TINY_BACKBONES = ("tiny:openvla",)
+TINY_IMAGE = 56
+TINY_VITS = {
+    "vit_large_patch14_reg4_dinov2.lvd142m": {"embed_dim": 32, "depth": 2, "num_heads": 2},
+    "vit_so400m_patch14_siglip_224": {"embed_dim": 48, "depth": 2, "num_heads": 2},
+}
+TINY_LLAMA = dict(hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4,
+                  num_key_value_heads=4, max_position_embeddings=512)  # fmt: skip
+LORA_TARGETS = ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"]
+
+
+def is_openvla_config(cfg: PolicyConfig) -> bool:
+    return cfg.vla.backbone in TINY_BACKBONES or (
+        bool(cfg.vla.checkpoint) and is_openvla_folder(cfg.vla.checkpoint)
+    )
+
+
+def tiny_checkpoint(vocab_size: int) -> OpenVLACheckpoint:
+    """A tiny OpenVLA with upstream's structure: fused DINOv2 + SigLIP at 56 px, a 2-layer Llama whose
+    last 256 ids are the action tokens."""
+    import dataclasses
+
+    vits = [dataclasses.replace(TIMM_VITS[i], image_size=TINY_IMAGE, **TINY_VITS[i]) for i in TINY_VITS]
+    return OpenVLACheckpoint(
+        folder=Path("tiny:openvla"),
+        featurizer=vits[0],
+        fused_featurizer=vits[1],
+        text_config=dict(TINY_LLAMA, vocab_size=vocab_size),
+        n_action_bins=256,
+        pad_to_multiple_of=0,
+        resize_strategy="resize-naive",
+        image_sizes=(TINY_IMAGE, TINY_IMAGE),
+        pixel_means=((0.485, 0.456, 0.406), (0.5, 0.5, 0.5)),
+        pixel_stds=((0.229, 0.224, 0.225), (0.5, 0.5, 0.5)),
+        norm_stats={},
+        config={},
+    )
+
+
+def _random_init(model: nn.Module, seed: int = 0) -> None:
+    generator = torch.Generator().manual_seed(seed)
+    weights = {}
+    for name, param in model.named_parameters():
+        if name.endswith(("norm.weight", "norm1.weight", "norm2.weight", "layernorm.weight")):
+            value = torch.ones(param.shape)
+        elif name.endswith(("bias", "scale_factor")):
+            value = torch.zeros(param.shape) if name.endswith("bias") else torch.full(param.shape, 0.1)
+        else:
+            value = torch.randn(param.shape, generator=generator) * 0.02
+        weights[name] = value
+    model.load_state_dict(weights, strict=True, assign=True)
+
+
+class OpenVLAPolicy(Policy):
+    def __init__(self, spec: EnvSpec, cfg: PolicyConfig, saved: Path | None = None) -> None:
+        super().__init__()
+        self.spec, self.cfg, vla = spec, cfg, cfg.vla
+        self.chunk_size, self.action_dim = 1, spec.action.dim
+        if len(cfg.cameras) != 1 or cfg.cameras[0] not in spec.camera_names:
+            raise ValueError(
+                f"OpenVLA sees one camera: set policy.cameras to one of the env's {list(spec.camera_names)} "
+                f"(got {list(cfg.cameras)})"
+            )
+        if vla.head != "tokens":
+            raise ValueError(f"OpenVLA is a token policy: set policy.vla.head=tokens (got {vla.head!r})")
+        if cfg.chunk_size != 1:
+            raise ValueError(
+                f"OpenVLA predicts one action per step: set policy.chunk_size=1 (got {cfg.chunk_size})"
+            )
+        if vla.checkpoint:
+            folder = Path(vla.checkpoint)
+            self.checkpoint = read_checkpoint(folder, vla.dims or None)
+            self.stats = self.checkpoint.action_stats(vla.unnorm_key or None)
+            if self.stats.dim != self.action_dim:
+                raise CheckpointError(
+                    f"policy.vla.checkpoint={str(folder)!r}: its action statistics have {self.stats.dim} dims, "
+                    f"the env's action has {self.action_dim}"
+                )
+            self.tokenizer = load_tokenizer(folder, vla.tokenizer or None)
+            self.model = build_model(self.checkpoint)
+            dtype = torch.bfloat16 if vla.dtype == "bfloat16" else torch.float32
+            if saved is None:
+                load_weights(self.model, folder, dtype, "cpu")
+            else:
+                _random_init(self.model)  # the saved policy's weights come next
+        else:
+            from policies.vla.tiny import word_tokenizer
+
+            self.tokenizer = word_tokenizer(256)
+            self.checkpoint, self.stats = tiny_checkpoint(len(self.tokenizer)), None
+            self.model = build_model(self.checkpoint)
+            _random_init(self.model)
+        bins = self.checkpoint.n_action_bins
+        first = self.checkpoint.vocab_size - bins
+        self.register_buffer("action_ids", torch.arange(first, first + bins), persistent=False)
+        width = self.model.language_model.config.hidden_size
+        self.value_head = (
+            nn.Sequential(nn.Linear(width, 256), nn.Tanh(), nn.Linear(256, 1)) if cfg.value_head else None
+        )
+        if not vla.train_vision:
+            self.model.vision_backbone.requires_grad_(False)
+        for module in self.model.stored_only():
+            module.requires_grad_(False)
+        if vla.lora_rank > 0:
+            self._add_lora(vla.lora_rank)
+
+    def _add_lora(self, rank: int) -> None:
+        from peft import LoraConfig, get_peft_model
+
+        config = LoraConfig(r=rank, lora_alpha=2 * rank, lora_dropout=0.0, target_modules=LORA_TARGETS)
+        self.model.language_model = get_peft_model(self.model.language_model, config)
+
+    @property
+    def device(self) -> torch.device:
+        return self.model.projector.fc1.weight.device
+
+    # -- observations -> the prompt ------------------------------------------------------------
+    def _prompt(self, obs: dict[str, Any]) -> tuple[Prompt, int]:
+        obs = to_tensors(obs, self.device)
+        images = obs["images"][self.cfg.cameras[0]]
+        batch = images.shape[0]
+        c = self.checkpoint
+        pixel_values = pixels(images, c.image_sizes, c.resize_strategy, c.pixel_means, c.pixel_stds)
+        instructions = list(obs.get("instruction") or []) or [self.spec.instruction] * batch
+        tokens, mask = tokenize(self.tokenizer, instructions, action_start=c.vocab_size > 29871)
+        prompt = self.model.prompt(pixel_values.to(self.device), tokens.to(self.device), mask.to(self.device))
+        return prompt, prompt.embeds.shape[1]
+
+    def _action_logits(self, logits: torch.Tensor) -> torch.Tensor:
+        """Logits over the action ids only: [..., n_action_bins] (bin k is id ``action_ids[k]``)."""
+        return logits.float().index_select(-1, self.action_ids)
+
+    def _value(self, prompt_state: torch.Tensor) -> torch.Tensor | None:
+        if self.value_head is None:
+            return None
+        state = prompt_state.float()
+        return self.value_head(state.detach() if self.cfg.vla.detach_value_head else state).squeeze(-1)
+
+    def env_actions(self, token_ids: torch.Tensor) -> torch.Tensor:
+        """Token ids [B, 1, A] -> env actions, by upstream's bins (and ``norm_stats`` for a checkpoint)."""
+        from policies.vla.openvla.inputs import tokens_to_normalized, unnormalize
+
+        normalized = tokens_to_normalized(
+            token_ids.long(), self.checkpoint.vocab_size, self.checkpoint.n_action_bins
+        )
+        if self.stats is None:
+            return self.to_env_units(
+                torch.as_tensor(normalized, dtype=torch.float32, device=token_ids.device)
+            )
+        actions = np.clip(
+            unnormalize(normalized, self.stats), self.spec.action.low_array(), self.spec.action.high_array()
+        )
+        return torch.as_tensor(actions, dtype=torch.float32, device=token_ids.device)
+
+    # -- the interface -------------------------------------------------------------------------
+    @torch.no_grad()
+    def act(self, obs: dict[str, Any], mode: str = "sample") -> PolicyOutput:
+        if mode not in ("sample", "greedy"):
+            raise ValueError(f"mode must be 'sample' or 'greedy', got {mode!r}")
+        prompt, _ = self._prompt(obs)
+        ids = self.action_ids
+
+        def choose(logits: torch.Tensor) -> torch.Tensor:
+            action_logits = self._action_logits(logits)
+            bins = (
+                action_logits.argmax(-1) if mode == "greedy" else Categorical(logits=action_logits).sample()
+            )
+            return ids[bins]
+
+        tokens, logits, prompt_state = generate(self.model, prompt, self.action_dim, choose)
+        dist = Categorical(logits=self._action_logits(logits))
+        log_prob = dist.log_prob(tokens - ids[0]).sum(-1)
+        samples = tokens[:, None].float()
+        return PolicyOutput(self.env_actions(samples), samples, log_prob, self._value(prompt_state))
+
+    def _teacher_forced(self, obs: dict[str, Any], tokens: torch.Tensor) -> tuple[Categorical, torch.Tensor]:
+        """One pass over the prompt and ``tokens`` [B, A] but the last: the action distributions at the
+        A positions that chose them, and the last prompt position's hidden state."""
+        prompt, length = self._prompt(obs)
+        follow = self.model.language_model.get_input_embeddings()(tokens[:, :-1])
+        ones = torch.ones(follow.shape[:2], dtype=prompt.mask.dtype, device=self.device)
+        mask = torch.cat([prompt.mask, ones], dim=1)
+        positions = torch.cat([prompt.positions, prompt.positions[:, -1:] + ones.cumsum(1)], dim=1)
+        embeds = torch.cat([prompt.embeds, follow.to(prompt.embeds.dtype)], dim=1)
+        logits, _, hidden = self.model.run(embeds, mask, positions, hidden=True, keep=tokens.shape[1])
+        return Categorical(logits=self._action_logits(logits)), hidden[:, length - 1]
+
+    def evaluate(self, obs: dict[str, Any], samples: torch.Tensor) -> PolicyEvaluation:
+        tokens = samples.to(self.device).long().flatten(1)
+        dist, prompt_state = self._teacher_forced(obs, tokens)
+        bins = tokens - self.action_ids[0]
+        return PolicyEvaluation(
+            dist.log_prob(bins).sum(-1), dist.entropy().sum(-1), self._value(prompt_state)
+        )
+
+    def value(self, obs: dict[str, Any]) -> torch.Tensor:
+        if self.value_head is None:
+            raise ValueError("this policy has no value head (policy.value_head=false)")
+        prompt, _ = self._prompt(obs)
+        _, _, hidden = self.model.run(prompt.embeds, prompt.mask, prompt.positions, hidden=True)
+        return self._value(hidden[:, -1])
+
+    def target_tokens(self, unit_targets: torch.Tensor) -> torch.Tensor:
+        """Recorded actions ([B, 1, A] in [-1, 1]) as upstream's action tokens [B, A]."""
+        from policies.vla.openvla.inputs import normalized_to_tokens
+
+        unit = unit_targets[:, 0].detach().cpu().double().numpy()
+        if self.stats is not None:
+            unit = normalize(self.to_env_units(torch.as_tensor(unit)).numpy(), self.stats)
+        tokens = normalized_to_tokens(unit, self.checkpoint.vocab_size, self.checkpoint.n_action_bins)
+        return torch.as_tensor(tokens, device=self.device)
+
+    def imitation_loss(
+        self, obs: dict[str, Any], unit_targets: torch.Tensor, valid: torch.Tensor
+    ) -> torch.Tensor:
+        """Cross-entropy of the recorded actions' tokens over the action ids, on the valid steps."""
+        tokens = self.target_tokens(unit_targets)
+        dist, _ = self._teacher_forced(obs, tokens)
+        per_step = -dist.log_prob(tokens - self.action_ids[0]).mean(-1)
+        weights = valid.to(self.device).float()[:, 0]
+        return (per_step * weights).sum() / weights.sum().clamp(min=1.0)
+
+    @property
+    def cameras(self) -> list[str]:
+        return list(self.cfg.cameras)
+
+    @property
+    def has_value_head(self) -> bool:
+        return self.value_head is not None
+
+    def config_dict(self) -> dict[str, Any]:
+        return asdict(self.cfg)
