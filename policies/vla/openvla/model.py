@@ -62,9 +62,26 @@ class OpenVLA(nn.Module):
     def stored_only(self) -> list[nn.Module]:
         return self.vision_backbone.stored_only()
 
-    def prompt(self, pixel_values: torch.Tensor, tokens: torch.Tensor, token_mask: torch.Tensor) -> Prompt:
-        """Embed left-padded ``tokens`` [B, L] with each row's image patches right after its BOS."""
-        patches = self.projector(self.vision_backbone(pixel_values.to(self.projector.fc1.weight.dtype)))
+    def image_patches(self, pixel_values: torch.Tensor) -> torch.Tensor:
+        """Projected patches [B, images * patches, D] of [B, images * (3 or 6), S, S] (OFT stacks its
+        images on the channels; upstream's OpenVLA takes one)."""
+        pixel_values = pixel_values.to(self.projector.fc1.weight.dtype)
+        per_image = 6 if self.vision_backbone.fused_featurizer is not None else 3
+        images = torch.split(pixel_values, per_image, dim=1)
+        return torch.cat([self.projector(self.vision_backbone(image)) for image in images], dim=1)
+
+    def prompt(
+        self,
+        pixel_values: torch.Tensor,
+        tokens: torch.Tensor,
+        token_mask: torch.Tensor,
+        extra: torch.Tensor | None = None,
+    ) -> Prompt:
+        """Embed left-padded ``tokens`` [B, L] with each row's image patches right after its BOS
+        (then ``extra`` [B, K, D], OFT's proprio token, after the patches)."""
+        patches = self.image_patches(pixel_values)
+        if extra is not None:
+            patches = torch.cat([patches, extra.to(patches.dtype)], dim=1)
         text = self.language_model.get_input_embeddings()(tokens)
         mask = token_mask.long()
         bos = (mask == 0).sum(dim=1)  # left padding: each row's BOS sits after its pads
@@ -85,9 +102,13 @@ class OpenVLA(nn.Module):
         cache: object | None = None,
         hidden: bool = False,
         keep: int = 1,
+        bidirectional: bool = False,
     ) -> tuple[torch.Tensor, object, torch.Tensor | None]:
         """The logits of the last ``keep`` positions (and the last layer's hidden states) of the Llama
-        over ``embeds``; ``cache`` (a ``DynamicCache``), where given, is extended in place."""
+        over ``embeds``; ``cache`` (a ``DynamicCache``), where given, is extended in place.
+        ``bidirectional``: every position attends to every real one (OFT's parallel decoding)."""
+        if bidirectional:  # a 4D boolean mask is taken as given: keys that are not padding
+            mask = mask.bool()[:, None, None, :].expand(-1, 1, mask.shape[1], -1)
         out = self.language_model(
             inputs_embeds=embeds,
             attention_mask=mask,

@@ -1,10 +1,13 @@
-"""``OpenVLAPolicy``: OpenVLA (a published checkpoint, or ``tiny:openvla``) behind the policy
-interface, RL-ready as RLinf does it.
+"""``OpenVLAPolicy``: OpenVLA and OpenVLA-OFT (a published checkpoint, or ``tiny:openvla`` /
+``tiny:openvla-oft``) behind the policy interface, RL-ready as RLinf does it.
 
-One action per step (``chunk_size=1``), written as ``action_dim`` tokens after the prompt. Sampling
-and scoring use the logits masked to the ``n_action_bins`` action ids (RLinf's OpenVLA PPO / GRPO):
+OpenVLA: one action per step (``chunk_size=1``), written as ``action_dim`` tokens after the prompt;
 ``act`` decodes with the KV cache, ``evaluate`` re-scores the stored tokens in one teacher-forced
-pass. A value head reads the last prompt position's hidden state. Samples are the token ids, stored
+pass. OFT (``parallel_decoding``, or a folder with OFT's heads): RLinf's token variant of OFT, a
+whole chunk of ``chunk_size * action_dim`` tokens from one bidirectional pass over zeroed
+placeholders (:func:`parallel_pass`), with OFT's proprio token where there is a projector; the
+pass does not depend on the tokens, so ``evaluate`` is that same pass. Sampling and scoring use the
+logits masked to the ``n_action_bins`` action ids (RLinf's OpenVLA PPO / GRPO). A value head reads the last prompt position's hidden state. Samples are the token ids, stored
 as floats (exact below 2**24). A checkpoint's ``norm_stats[unnorm_key]`` map the bins to env units
 (then clipped into the spec's bounds); ``tiny:openvla`` acts in [-1, 1] units.
 
@@ -26,6 +29,7 @@ from torch.distributions import Categorical
 
 from policies.base import Policy, PolicyEvaluation, PolicyOutput, to_tensors
 from policies.config import PolicyConfig
+from policies.normalization import RunningNormalizer
 from policies.vla.openvla.checkpoint import (
     OpenVLACheckpoint,
     is_openvla_folder,
@@ -35,11 +39,18 @@ from policies.vla.openvla.checkpoint import (
 from policies.vla.openvla.inputs import normalize, pixels, tokenize
 from policies.vla.openvla.loaded import load_tokenizer
 from policies.vla.openvla.model import Prompt, build_model, generate
+from policies.vla.openvla.oft import (
+    ProprioProjector,
+    has_oft_heads,
+    load_component,
+    normalize_proprio,
+    parallel_pass,
+)
 from policies.vla.openvla.vision import TIMM_VITS
 from policies.vla.weights import CheckpointError
 from protos import EnvSpec
 
-TINY_BACKBONES = ("tiny:openvla",)
+TINY_BACKBONES = ("tiny:openvla", "tiny:openvla-oft")
 TINY_IMAGE = 56
 TINY_VITS = {
     "vit_large_patch14_reg4_dinov2.lvd142m": {"embed_dim": 32, "depth": 2, "num_heads": 2},
@@ -104,13 +115,23 @@ class OpenVLAPolicy(Policy):
             )
         if vla.head != "tokens":
             raise ValueError(f"OpenVLA is a token policy: set policy.vla.head=tokens (got {vla.head!r})")
-        if cfg.chunk_size != 1:
+        folder = Path(vla.checkpoint) if vla.checkpoint else None
+        oft_folder = folder is not None and has_oft_heads(folder)
+        self.parallel = vla.parallel_decoding or vla.backbone == "tiny:openvla-oft" or oft_folder
+        if cfg.chunk_size != 1 and not self.parallel:
             raise ValueError(
-                f"OpenVLA predicts one action per step: set policy.chunk_size=1 (got {cfg.chunk_size})"
+                f"OpenVLA predicts one action per step: set policy.chunk_size=1 (got {cfg.chunk_size}), "
+                "or policy.vla.parallel_decoding=true for OFT's chunks"
             )
-        if vla.checkpoint:
-            folder = Path(vla.checkpoint)
+        self.chunk_size, self.proprio, self.proprio_stats = cfg.chunk_size, None, None
+        if folder is not None:
             self.checkpoint = read_checkpoint(folder, vla.dims or None)
+            if oft_folder and (folder / "dataset_statistics.json").is_file():  # OFT's statistics win
+                import dataclasses
+                import json
+
+                stats = json.loads((folder / "dataset_statistics.json").read_text())
+                self.checkpoint = dataclasses.replace(self.checkpoint, norm_stats=stats)
             self.stats = self.checkpoint.action_stats(vla.unnorm_key or None)
             if self.stats.dim != self.action_dim:
                 raise CheckpointError(
@@ -124,6 +145,8 @@ class OpenVLAPolicy(Policy):
                 load_weights(self.model, folder, dtype, "cpu")
             else:
                 _random_init(self.model)  # the saved policy's weights come next
+            if oft_folder:
+                self._init_oft_proprio(folder, saved is None)
         else:
             from policies.vla.tiny import word_tokenizer
 
@@ -131,6 +154,10 @@ class OpenVLAPolicy(Policy):
             self.checkpoint, self.stats = tiny_checkpoint(len(self.tokenizer)), None
             self.model = build_model(self.checkpoint)
             _random_init(self.model)
+            if self.parallel:
+                width = self.model.language_model.config.hidden_size
+                self.proprio = ProprioProjector(width, spec.state_dim)
+                self.state_norm = RunningNormalizer(spec.state_dim)
         bins = self.checkpoint.n_action_bins
         first = self.checkpoint.vocab_size - bins
         self.register_buffer("action_ids", torch.arange(first, first + bins), persistent=False)
@@ -144,6 +171,27 @@ class OpenVLAPolicy(Policy):
             module.requires_grad_(False)
         if vla.lora_rank > 0:
             self._add_lora(vla.lora_rank)
+
+    def _init_oft_proprio(self, folder: Path, weights: bool) -> None:
+        """OFT's proprio projector (when the folder has one) on the env's state."""
+        files = sorted(folder.glob("proprio_projector--*_checkpoint.pt"))
+        if not files:
+            return
+        state = load_component(files[-1])
+        width = self.model.language_model.config.hidden_size
+        proprio_dim = state["fc1.weight"].shape[1] if "fc1.weight" in state else -1
+        if proprio_dim != self.spec.state_dim:
+            raise CheckpointError(
+                f"{files[-1]}: takes a {proprio_dim}-dim state, the env's is {self.spec.state_dim}"
+            )
+        self.proprio = ProprioProjector(width, proprio_dim)
+        if weights:
+            self.proprio.load_state_dict(state)
+        self.proprio_stats = self.checkpoint.norm_stats[self.unnorm_key]["proprio"]
+
+    @property
+    def unnorm_key(self) -> str:
+        return self.cfg.vla.unnorm_key or self.checkpoint.unnorm_keys()[0]
 
     def _add_lora(self, rank: int) -> None:
         from peft import LoraConfig, get_peft_model
@@ -163,9 +211,33 @@ class OpenVLAPolicy(Policy):
         c = self.checkpoint
         pixel_values = pixels(images, c.image_sizes, c.resize_strategy, c.pixel_means, c.pixel_stds)
         instructions = list(obs.get("instruction") or []) or [self.spec.instruction] * batch
+        if self.parallel and self.stats is not None:
+            instructions = [text.lower() for text in instructions]  # as OFT's get_vla_action
         tokens, mask = tokenize(self.tokenizer, instructions, action_start=c.vocab_size > 29871)
-        prompt = self.model.prompt(pixel_values.to(self.device), tokens.to(self.device), mask.to(self.device))
+        extra = None
+        if self.proprio is not None:
+            state = obs["state"].float()
+            if self.proprio_stats is not None:
+                state = torch.as_tensor(
+                    normalize_proprio(state.cpu().double().numpy(), self.proprio_stats), dtype=torch.float32
+                ).to(self.device)
+            elif self.cfg.normalize_state:
+                state = self.state_norm(state)
+            extra = self.proprio(state)[:, None]
+        prompt = self.model.prompt(
+            pixel_values.to(self.device), tokens.to(self.device), mask.to(self.device), extra
+        )
         return prompt, prompt.embeds.shape[1]
+
+    def _parallel(self, obs: dict[str, Any]) -> tuple[Categorical, torch.Tensor]:
+        """OFT: the action distributions of every token of the chunk, and the last prompt state."""
+        prompt, _ = self._prompt(obs)
+        logits, _, prompt_state = parallel_pass(self.model, prompt, self.chunk_size * self.action_dim)
+        return Categorical(logits=self._action_logits(logits)), prompt_state
+
+    def update_normalizers(self, obs: dict[str, Any]) -> None:
+        if self.proprio is not None and self.proprio_stats is None and self.cfg.normalize_state:
+            self.state_norm.update(to_tensors(obs, self.device)["state"])
 
     def _action_logits(self, logits: torch.Tensor) -> torch.Tensor:
         """Logits over the action ids only: [..., n_action_bins] (bin k is id ``action_ids[k]``)."""
@@ -178,7 +250,7 @@ class OpenVLAPolicy(Policy):
         return self.value_head(state.detach() if self.cfg.vla.detach_value_head else state).squeeze(-1)
 
     def env_actions(self, token_ids: torch.Tensor) -> torch.Tensor:
-        """Token ids [B, 1, A] -> env actions, by upstream's bins (and ``norm_stats`` for a checkpoint)."""
+        """Token ids [B, chunk, A] -> env actions, by upstream's bins (and ``norm_stats`` for a checkpoint)."""
         from policies.vla.openvla.inputs import tokens_to_normalized, unnormalize
 
         normalized = tokens_to_normalized(
@@ -198,20 +270,26 @@ class OpenVLAPolicy(Policy):
     def act(self, obs: dict[str, Any], mode: str = "sample") -> PolicyOutput:
         if mode not in ("sample", "greedy"):
             raise ValueError(f"mode must be 'sample' or 'greedy', got {mode!r}")
-        prompt, _ = self._prompt(obs)
         ids = self.action_ids
+        if self.parallel:
+            dist, prompt_state = self._parallel(obs)
+            bins = dist.probs.argmax(-1) if mode == "greedy" else dist.sample()
+            log_prob, tokens = dist.log_prob(bins).sum(-1), ids[bins]
+        else:
+            prompt, _ = self._prompt(obs)
 
-        def choose(logits: torch.Tensor) -> torch.Tensor:
-            action_logits = self._action_logits(logits)
-            bins = (
-                action_logits.argmax(-1) if mode == "greedy" else Categorical(logits=action_logits).sample()
-            )
-            return ids[bins]
+            def choose(logits: torch.Tensor) -> torch.Tensor:
+                action_logits = self._action_logits(logits)
+                chosen = (
+                    action_logits.argmax(-1)
+                    if mode == "greedy"
+                    else Categorical(logits=action_logits).sample()
+                )
+                return ids[chosen]
 
-        tokens, logits, prompt_state = generate(self.model, prompt, self.action_dim, choose)
-        dist = Categorical(logits=self._action_logits(logits))
-        log_prob = dist.log_prob(tokens - ids[0]).sum(-1)
-        samples = tokens[:, None].float()
+            tokens, logits, prompt_state = generate(self.model, prompt, self.action_dim, choose)
+            log_prob = Categorical(logits=self._action_logits(logits)).log_prob(tokens - ids[0]).sum(-1)
+        samples = tokens.reshape(-1, self.chunk_size, self.action_dim).float()
         return PolicyOutput(self.env_actions(samples), samples, log_prob, self._value(prompt_state))
 
     def _teacher_forced(self, obs: dict[str, Any], tokens: torch.Tensor) -> tuple[Categorical, torch.Tensor]:
@@ -226,9 +304,12 @@ class OpenVLAPolicy(Policy):
         logits, _, hidden = self.model.run(embeds, mask, positions, hidden=True, keep=tokens.shape[1])
         return Categorical(logits=self._action_logits(logits)), hidden[:, length - 1]
 
+    def _distribution(self, obs: dict[str, Any], tokens: torch.Tensor) -> tuple[Categorical, torch.Tensor]:
+        return self._parallel(obs) if self.parallel else self._teacher_forced(obs, tokens)
+
     def evaluate(self, obs: dict[str, Any], samples: torch.Tensor) -> PolicyEvaluation:
         tokens = samples.to(self.device).long().flatten(1)
-        dist, prompt_state = self._teacher_forced(obs, tokens)
+        dist, prompt_state = self._distribution(obs, tokens)
         bins = tokens - self.action_ids[0]
         return PolicyEvaluation(
             dist.log_prob(bins).sum(-1), dist.entropy().sum(-1), self._value(prompt_state)
@@ -237,29 +318,31 @@ class OpenVLAPolicy(Policy):
     def value(self, obs: dict[str, Any]) -> torch.Tensor:
         if self.value_head is None:
             raise ValueError("this policy has no value head (policy.value_head=false)")
+        if self.parallel:
+            return self._value(self._parallel(obs)[1])
         prompt, _ = self._prompt(obs)
         _, _, hidden = self.model.run(prompt.embeds, prompt.mask, prompt.positions, hidden=True)
         return self._value(hidden[:, -1])
 
     def target_tokens(self, unit_targets: torch.Tensor) -> torch.Tensor:
-        """Recorded actions ([B, 1, A] in [-1, 1]) as upstream's action tokens [B, A]."""
+        """Recorded chunks ([B, chunk, A] in [-1, 1]) as upstream's action tokens [B, chunk * A]."""
         from policies.vla.openvla.inputs import normalized_to_tokens
 
-        unit = unit_targets[:, 0].detach().cpu().double().numpy()
+        unit = unit_targets.detach().cpu().double().numpy()
         if self.stats is not None:
             unit = normalize(self.to_env_units(torch.as_tensor(unit)).numpy(), self.stats)
         tokens = normalized_to_tokens(unit, self.checkpoint.vocab_size, self.checkpoint.n_action_bins)
-        return torch.as_tensor(tokens, device=self.device)
+        return torch.as_tensor(tokens, device=self.device).flatten(1)
 
     def imitation_loss(
         self, obs: dict[str, Any], unit_targets: torch.Tensor, valid: torch.Tensor
     ) -> torch.Tensor:
         """Cross-entropy of the recorded actions' tokens over the action ids, on the valid steps."""
         tokens = self.target_tokens(unit_targets)
-        dist, _ = self._teacher_forced(obs, tokens)
-        per_step = -dist.log_prob(tokens - self.action_ids[0]).mean(-1)
-        weights = valid.to(self.device).float()[:, 0]
-        return (per_step * weights).sum() / weights.sum().clamp(min=1.0)
+        dist, _ = self._distribution(obs, tokens)
+        per_token = -dist.log_prob(tokens - self.action_ids[0])
+        weights = valid.to(self.device).float().repeat_interleave(self.action_dim, dim=1)
+        return (per_token * weights).sum() / weights.sum().clamp(min=1.0)
 
     @property
     def cameras(self) -> list[str]:
