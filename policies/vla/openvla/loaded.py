@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -42,7 +43,12 @@ def load_tokenizer(folder: Path, tokenizer_dir: str | Path | None = None) -> Any
             f"{source}: no tokenizer_config.json (OpenVLA folders carry their Llama-2 tokenizer; "
             "pass one with --tokenizer / policy.vla.tokenizer)"
         )
-    return LlamaTokenizer.from_pretrained(str(source), local_files_only=True)
+    config = json.loads((source / "tokenizer_config.json").read_text())
+    if config.get("tokenizer_class", "LlamaTokenizer").startswith("Llama"):
+        return LlamaTokenizer.from_pretrained(str(source), local_files_only=True)
+    from transformers import PreTrainedTokenizerFast  # a tiny export's own tokenizer
+
+    return PreTrainedTokenizerFast.from_pretrained(str(source), local_files_only=True)
 
 
 @dataclass
