@@ -12,7 +12,7 @@ reset from.
 
     python benchmarks/vla.py [--task rlinf/FrankaPickColor-v0] [--demos 40] [--sft-updates 1500]
                              [--sft-lr 1e-3] [--rl-minutes 8] [--rl-reward sparse|dense]
-                             [--heads tokens,flow] [--algorithms grpo,ppo] [--seed 0]
+                             [--heads tokens,flow,openvla,openvla-oft] [--algorithms grpo,ppo] [--seed 0]
                              [--state proprio|objects|privileged] [--out FILE]
 
 What the VLA sees besides the front camera and the instruction (``--state``):
@@ -53,8 +53,18 @@ ENV = {"cameras": ["front"], "image_height": 64, "image_width": 64, "privileged_
 HEADS = {
     "tokens": VLAConfig(head="tokens", parallel_decoding=True),
     "flow": VLAConfig(head="flow", flow_steps=4),
+    # The real architectures (policies.vla.openvla), tiny and random: OpenVLA acts one step at a
+    # time (chunk 1); OFT decodes --chunk steps in one pass and reads the proprio state.
+    "openvla": VLAConfig(backbone="tiny:openvla", head="tokens"),
+    "openvla-oft": VLAConfig(backbone="tiny:openvla-oft", head="tokens"),
 }
-RL_LEARNING_RATE = {"tokens": 1e-4, "flow": 2e-5}  # flow log-probs are sharper: smaller steps
+FIXED_CHUNK = {"openvla": 1}
+RL_LEARNING_RATE = {
+    "tokens": 1e-4,
+    "flow": 2e-5,
+    "openvla": 1e-4,
+    "openvla-oft": 1e-4,
+}  # flow: sharper log-probs
 EVAL_SEED = 5_000_000
 TRAIN_SEED_STRIDE = 1_000_000  # --seed s trains from env seeds s * this + ..., clear of EVAL_SEED for s < 5
 CRITIC_WARMUP = 5  # PPO: iterations that fit only the fresh value head before the policy moves
@@ -185,7 +195,8 @@ def main() -> None:
         torch.manual_seed(args.seed)
         np.random.seed(args.seed)
         vla = dataclasses.replace(HEADS[head], state_tokens=state_tokens)
-        cfg = PolicyConfig(kind="vla", cameras=["front"], chunk_size=args.chunk, vla=vla)
+        chunk = FIXED_CHUNK.get(head, args.chunk)
+        cfg = PolicyConfig(kind="vla", cameras=["front"], chunk_size=chunk, vla=vla)
         policy = make_policy(venv.spec, cfg)
         sft = BC(policy, BCConfig(str(demos), learning_rate=args.sft_lr, batch_size=64, image_shift=0))
         tick = time.perf_counter()
