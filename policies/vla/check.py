@@ -1,15 +1,15 @@
 """Run a published VLA checkpoint on a file of inputs, for parity against upstream's outputs.
 
     python -m policies.vla.check PATH --inputs IN.safetensors --out OUT.safetensors \\
-        [--dims tiny_dims.json] [--tokenizer DIR] [--asset-id ID] [--unnorm-key KEY]
+        [--dims tiny_dims.json] [--tokenizer DIR] [--asset-id ID] [--unnorm-key KEY] [--vlm DIR]
 
 Tensor names are those of ``../shared/vla_reference/NOTES.md``.
 
-π0 / π0.5 (openpi or LeRobot layout): uint8 ``observation.images.<camera>`` [B, 3, H, W],
+π0 / π0.5 (openpi or LeRobot layout) and SmolVLA (LeRobot; ``--vlm DIR`` for its SmolVLM folder): uint8 ``observation.images.<camera>`` [B, 3, H, W],
 ``observation.state`` [B, state_dim], ``noise`` [B, chunk, max_action_dim] (x at t = 1) and the
 instructions as a JSON list in the ``task`` metadata. Written: ``action_chunk`` (un-normalised, the
 env's action dims), ``v_t1`` (the velocity at t = 1), ``actions_padded_normalized``, ``lang_tokens``
-and ``lang_attention_mask``.
+and ``lang_attention_mask`` (SmolVLA also ``state_padded_normalized``).
 
 OpenVLA (``model_type: openvla``): uint8 ``image`` [H, W, 3] (or [B, H, W, 3]), the ``instruction``
 metadata (a string or a JSON list) and ``unnorm_key`` (metadata or ``--unnorm-key``). Written:
@@ -63,9 +63,21 @@ def run_openvla(args: argparse.Namespace) -> dict:
     }
 
 
+def run_smolvla(args: argparse.Namespace, tensors: dict, tasks: list[str]) -> dict:
+    from policies.vla.smolvla.loaded import load_smolvla
+
+    images = {k.removeprefix(IMAGE_PREFIX): v for k, v in tensors.items() if k.startswith(IMAGE_PREFIX)}
+    policy = load_smolvla(args.path, args.vlm or args.tokenizer)
+    batch = policy.inputs(images, tensors["observation.state"], tasks)
+    out = policy.sample(batch, tensors["noise"])
+    out["lang_tokens"], out["lang_attention_mask"] = batch.tokens, batch.token_mask
+    return out
+
+
 def run(args: argparse.Namespace) -> dict:
     from policies.vla.openvla.checkpoint import is_openvla_folder
     from policies.vla.pi.loaded import load_pi
+    from policies.vla.smolvla.loaded import is_smolvla_folder
 
     if is_openvla_folder(args.path):
         return run_openvla(args)
@@ -79,6 +91,8 @@ def run(args: argparse.Namespace) -> dict:
         raise ValueError(
             f"--inputs {args.inputs}: no 'task' metadata (a JSON list of instructions)"
         ) from None
+    if is_smolvla_folder(args.path):
+        return run_smolvla(args, tensors, tasks)
     images = {k.removeprefix(IMAGE_PREFIX): v for k, v in tensors.items() if k.startswith(IMAGE_PREFIX)}
     policy = load_pi(args.path, args.dims, args.tokenizer, args.asset_id)
     batch = policy.inputs(images, tensors["observation.state"], tasks)
@@ -98,6 +112,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--tokenizer", help="the tokenizer folder, where the checkpoint has none")
     parser.add_argument("--asset-id", help="which assets/<id>/norm_stats.json (openpi layout)")
     parser.add_argument("--unnorm-key", help="OpenVLA: which norm_stats to un-normalise with")
+    parser.add_argument("--vlm", help="SmolVLA: the SmolVLM folder, where the checkpoint names it by hub id")
     args = parser.parse_args(argv)
     try:
         out = run(args)
