@@ -24,9 +24,12 @@ def make_policy(spec: EnvSpec, cfg: PolicyConfig | dict[str, Any], saved: str | 
         from policies.vla.openvla.policy import OpenVLAPolicy, is_openvla_config
         from policies.vla.pi.policy import PiPolicy, is_pi_config
         from policies.vla.policy import VLAPolicy
+        from policies.vla.smolvla.policy import SmolVLAPolicy, is_smolvla_config
 
         if is_openvla_config(cfg):
             cls: type[Policy] = OpenVLAPolicy
+        elif is_smolvla_config(cfg):
+            cls = SmolVLAPolicy
         else:
             cls = PiPolicy if is_pi_config(cfg) else VLAPolicy
         policy: Policy = cls(spec, cfg, saved=None if saved is None else Path(saved))

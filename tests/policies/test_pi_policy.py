@@ -1,8 +1,9 @@
-"""``PiPolicy``: π0 and π0.5 (tiny random instances of the real classes, and the upstream-written
-reference checkpoint) behind the policy interface, with the Flow-SDE sampler for RL."""
+"""``PiPolicy``: π0, π0.5 and SmolVLA (tiny random instances of the real classes, and the
+upstream-written reference checkpoints) behind the policy interface, with the Flow-SDE sampler for RL."""
 
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
 
 import numpy as np
@@ -21,7 +22,7 @@ from tests.policies.test_vla import observations, one_decision_batch  # noqa: E4
 from trainer.algorithms.grpo import GRPO, GRPOConfig  # noqa: E402
 from trainer.algorithms.ppo import PPO, PPOConfig  # noqa: E402
 
-FAMILIES = ["pi0", "pi05"]
+FAMILIES = ["pi0", "pi05", "smolvla"]
 REFERENCE = Path(__file__).resolve().parents[2].parent / "shared" / "vla_reference"
 
 
@@ -83,7 +84,7 @@ def test_a_ppo_step_moves_log_probs_in_the_sign_of_the_advantages(env, family):
     assert moved[[0, 3]].mean() > 0 > moved[[1, 2]].mean(), moved
 
 
-@pytest.mark.parametrize("family", FAMILIES)
+@pytest.mark.parametrize("family", ["pi0", "pi05"])
 def test_lora_targets_the_real_module_names_and_the_vision_tower_is_frozen(env, family):
     full = tiny(env, family, value_head=False)
     lora = tiny(env, family, value_head=False, vla={"lora_rank": 4})
@@ -146,7 +147,7 @@ def reference_spec(env):
 
 
 @pytest.mark.skipif(not REFERENCE.is_dir(), reason=f"no reference fixtures at {REFERENCE}")
-@pytest.mark.parametrize("family", FAMILIES)
+@pytest.mark.parametrize("family", ["pi0", "pi05"])
 def test_at_noise_level_zero_the_sampler_is_upstreams_euler_sampler(env, family):
     """The policy over the real (upstream-written) checkpoint: greedy with a = 0 from zero noise is
     upstream's 10-step Euler chunk, mapped to env units by the checkpoint's norm stats."""
@@ -196,4 +197,50 @@ def test_train_runs_grpo_on_it_unchanged_and_saves_a_loadable_policy(family, tmp
     ])  # fmt: skip
     Runner(cfg).run()
     saved = load_policy(latest_checkpoint(tmp_path) / POLICY_DIR)
-    assert isinstance(saved, PiPolicy) and saved.dims.family == family
+    assert isinstance(saved, PiPolicy) and type(saved) is tiny_policy_class(family)
+
+
+def tiny_policy_class(family: str) -> type:
+    from policies.vla.smolvla.policy import SmolVLAPolicy
+
+    return SmolVLAPolicy if family == "smolvla" else PiPolicy
+
+
+def test_smolvla_lora_adapts_both_llamas_and_its_vision_model_is_frozen(env):
+    full = tiny(env, "smolvla", value_head=False)
+    assert not any("vision_model" in n for n, p in full.named_parameters() if p.requires_grad)
+    lora = tiny(env, "smolvla", value_head=False, vla={"lora_rank": 4})
+    trainable = {n for n, p in lora.named_parameters() if p.requires_grad}
+    adapted = {n.split(".lora_")[0].rsplit(".", 1)[-1] for n in trainable if "lora_A" in n}
+    assert adapted == {"q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"}
+    assert any("text_model" in n for n in trainable if "lora_A" in n)
+    assert any("lm_expert" in n for n in trainable if "lora_A" in n)
+    assert not any(("text_model" in n or "lm_expert" in n) and "lora_" not in n for n in trainable)
+    assert {"model.action_in_proj.weight", "model.state_proj.weight"} <= trainable
+
+
+@pytest.mark.skipif(not REFERENCE.is_dir(), reason=f"no reference fixtures at {REFERENCE}")
+def test_smolvla_at_noise_level_zero_is_lerobots_euler_sampler(env):
+    from policies.vla.smolvla.loaded import load_smolvla
+    from policies.vla.smolvla.model import euler_sample as smolvla_euler
+
+    folder = REFERENCE / "smolvla"
+    vla = VLAConfig(checkpoint=str(folder / "lerobot"), tokenizer=str(folder / "tiny_smolvlm"), head="flow",
+                    flow_steps=10, flow_noise_level=0.0)  # fmt: skip
+    spec = reference_spec(env)
+    policy = make_policy(spec, PolicyConfig(kind="vla", cameras=["base"], chunk_size=5, vla=vla))
+    loaded = load_smolvla(folder / "lerobot", folder / "tiny_smolvlm")
+    generator = torch.Generator().manual_seed(0)
+    obs = {
+        "state": torch.randn(2, 8, generator=generator),
+        "images": {"base": torch.randint(0, 255, (2, 64, 64, 3), dtype=torch.uint8, generator=generator)},
+        "instruction": ["pick up the red cube", "open the drawer"],
+    }
+    # The env's one camera fills the checkpoint's first slot; LeRobot leaves the absent one out.
+    loaded.checkpoint = dataclasses.replace(loaded.checkpoint, cameras=("top",))
+    batch = loaded.inputs({"top": obs["images"]["base"]}, obs["state"], obs["instruction"])
+    upstream, _ = smolvla_euler(loaded.model, loaded.prefix(batch), torch.zeros(2, 5, 32), 10)
+    ours = policy.act(obs, "greedy")
+    torch.testing.assert_close(ours.samples[:, -1], upstream, atol=1e-5, rtol=0)
+    expected = torch.clamp(loaded.checkpoint.action_norm.unnormalize(upstream[..., :7]), -10.0, 10.0)
+    torch.testing.assert_close(ours.actions, expected, atol=1e-5, rtol=0)

@@ -79,7 +79,7 @@ class PiPolicy(Policy):
         if vla.checkpoint:
             self._init_checkpoint(Path(vla.checkpoint), weights=saved is None)
         else:
-            self._init_tiny(TINY_FAMILIES[vla.backbone])
+            self._init_tiny(vla.backbone)
         dims = self.dims
         if len(cfg.cameras) > len(self.slots):
             raise ValueError(
@@ -95,12 +95,12 @@ class PiPolicy(Policy):
                 f"policy.chunk_size={cfg.chunk_size}; the checkpoint's chunk is {dims.chunk_size}"
             )
         self.schedule = FlowSchedule(vla.flow_steps, vla.flow_noise_level)
-        width = dims.vlm.width
+        width = self._prefix_width()
         self.value_head = (
             nn.Sequential(nn.Linear(width, 256), nn.Tanh(), nn.Linear(256, 1)) if cfg.value_head else None
         )
         if not vla.train_vision:
-            self.model.vlm.vision_tower.requires_grad_(False)
+            self._vision_module().requires_grad_(False)
         if vla.lora_rank > 0:
             self._add_lora(vla.lora_rank)
 
@@ -127,9 +127,16 @@ class PiPolicy(Policy):
             _random_init(self.model)  # a saved policy's weights come next
         self.state_norm = None
 
-    def _init_tiny(self, family: str) -> None:
+    def _prefix_width(self) -> int:
+        return self.dims.vlm.width
+
+    def _vision_module(self) -> nn.Module:
+        return self.model.vlm.vision_tower
+
+    def _init_tiny(self, backbone: str) -> None:
         from policies.vla.tiny import word_tokenizer
 
+        family = TINY_FAMILIES[backbone]
         self.checkpoint, self.slots, self.layout = None, tuple(self.cfg.cameras), "lerobot"
         self.tokenizer = word_tokenizer(0)
         self.token_length = TINY_TOKENS

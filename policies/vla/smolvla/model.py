@@ -129,8 +129,11 @@ class VLMWithExpert(nn.Module):
         x = x + layer.self_attn.o_proj(attended.to(layer.self_attn.o_proj.weight.dtype))
         return x + layer.mlp(layer.post_attention_layernorm(x))
 
-    def prefix(self, embeds: torch.Tensor, mask: torch.Tensor, positions: torch.Tensor) -> list:
-        """The VLM over the prefix; returns each layer's (keys after RoPE, values) [B, P, KV, D]."""
+    def prefix(
+        self, embeds: torch.Tensor, mask: torch.Tensor, positions: torch.Tensor
+    ) -> tuple[list, torch.Tensor]:
+        """The VLM over the prefix: each layer's (keys after RoPE, values) [B, P, KV, D], and the
+        last hidden states after the final norm (what a value head reads)."""
         cache = []
         x = embeds
         for layer in self.text_model.layers:
@@ -138,7 +141,7 @@ class VLMWithExpert(nn.Module):
             q, k = apply_rope(q, positions), apply_rope(k, positions)
             cache.append((k, v))
             x = self._finish(layer, x, self.attend(mask, q, k, v))
-        return cache
+        return cache, self.text_model.norm(x)
 
     def suffix(
         self, cache: list, x: torch.Tensor, mask: torch.Tensor, positions: torch.Tensor, prefix_len: int
@@ -218,11 +221,12 @@ class SmolVLAFlow(nn.Module):
         ar = torch.zeros_like(pad)
         ar[:, -1] = True  # the state token: the prefix before it cannot see it
         positions = pad.long().cumsum(1) - 1
-        cache = self.vlm_with_expert.prefix(embeds_t, attention_2d(pad, ar), positions)
-        return SmolVLAPrefix(cache, pad)
+        cache, hidden = self.vlm_with_expert.prefix(embeds_t, attention_2d(pad, ar), positions)
+        return SmolVLAPrefix(cache, pad, hidden)
 
-    def velocity(self, prefix: SmolVLAPrefix, x: torch.Tensor, t: torch.Tensor) -> torch.Tensor:
-        """v(x_t, t) [B, chunk, max_action_dim] for a noisy chunk x [B, chunk, max_action_dim] at t [B]."""
+    def velocity(self, prefix: SmolVLAPrefix, state: None, x: torch.Tensor, t: torch.Tensor) -> torch.Tensor:
+        """v(x_t, t) [B, chunk, max_action_dim] for a noisy chunk x [B, chunk, max_action_dim] at t [B]
+        (``state`` is unused: SmolVLA's state is a prefix token; the π models' signature)."""
         width = self.vlm_with_expert.expert_width
         actions = self.action_in_proj(x.to(self.action_in_proj.weight.dtype))
         time = sinusoidal_time(t, width, self.dims.min_period, self.dims.max_period).to(actions.dtype)
@@ -250,7 +254,7 @@ def euler_sample(
     dt, x, first = -1.0 / steps, noise, None
     for step in range(steps):
         t = torch.full((x.shape[0],), 1.0 + step * dt, dtype=torch.float32, device=x.device)
-        v = model.velocity(prefix, x, t).float()
+        v = model.velocity(prefix, None, x, t).float()
         first = v if first is None else first
         x = x + dt * v
     return x, first
