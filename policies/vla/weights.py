@@ -4,7 +4,10 @@ checkpoint lands in its dtype directly) and the one-line error for an unusable f
 from __future__ import annotations
 
 import contextlib
+import json
 from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
 
 from torch import nn
 
@@ -31,3 +34,11 @@ def empty_parameters() -> Iterator[None]:
 
 class CheckpointError(ValueError):
     """A checkpoint folder that cannot be used, said in one line."""
+
+
+def read_json(path: Path) -> dict[str, Any]:
+    """A checkpoint's JSON file, or a one-line :class:`CheckpointError`."""
+    try:
+        return json.loads(path.read_text())
+    except (OSError, json.JSONDecodeError) as exc:
+        raise CheckpointError(f"{path}: cannot read it as JSON ({exc})") from None

@@ -9,7 +9,6 @@ file (``tiny_dims.json``) may override timm's sizes where the weights are smalle
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -19,6 +18,7 @@ import torch
 
 from policies.vla.openvla.vision import ViTDims, vit_dims
 from policies.vla.weights import CheckpointError
+from policies.vla.weights import read_json as _json
 
 MODEL_TYPES = ("openvla",)
 LLM_TYPES = ("llama",)
@@ -85,13 +85,6 @@ class OpenVLACheckpoint:
             raise CheckpointError(f"{self.folder}: norm_stats[{unnorm_key!r}].action has no {exc}") from None
         mask = np.asarray(action.get("mask", np.ones_like(q01, dtype=bool)), bool)
         return ActionStats(q01=q01, q99=q99, mask=mask)
-
-
-def _json(path: Path) -> dict[str, Any]:
-    try:
-        return json.loads(path.read_text())
-    except (OSError, json.JSONDecodeError) as exc:
-        raise CheckpointError(f"{path}: cannot read it as JSON ({exc})") from None
 
 
 def is_openvla_folder(folder: str | Path) -> bool:

@@ -14,7 +14,6 @@ is a one-line :class:`CheckpointError`.
 
 from __future__ import annotations
 
-import json
 import re
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -25,6 +24,7 @@ import torch
 from policies.vla.pi.dims import PiDims, variant, with_dims_file
 from policies.vla.pi.inputs import Normalization
 from policies.vla.weights import CheckpointError
+from policies.vla.weights import read_json as _json
 
 LAYOUTS = ("openpi", "lerobot")
 OPENPI_CAMERAS = ("base_0_rgb", "left_wrist_0_rgb", "right_wrist_0_rgb")
@@ -61,13 +61,6 @@ class PiCheckpoint:
     @property
     def family(self) -> str:
         return self.dims.family
-
-
-def _json(path: Path) -> dict[str, Any]:
-    try:
-        return json.loads(path.read_text())
-    except (OSError, json.JSONDecodeError) as exc:
-        raise CheckpointError(f"{path}: cannot read it as JSON ({exc})") from None
 
 
 def _weight_names(path: Path) -> list[str]:

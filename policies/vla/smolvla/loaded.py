@@ -9,7 +9,6 @@ is saved whole), read into the target dtype one tensor at a time.
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -21,6 +20,7 @@ from policies.vla.pi.checkpoint import _lerobot_norm, _processor_step
 from policies.vla.pi.inputs import Normalization, pad_to
 from policies.vla.smolvla.model import SmolVLADims, SmolVLAFlow, SmolVLAPrefix, build_smolvla, euler_sample
 from policies.vla.weights import CheckpointError
+from policies.vla.weights import read_json as _json
 
 IMAGE_PREFIX = "observation.images."
 
@@ -36,13 +36,6 @@ class SmolVLACheckpoint:
     state_norm: Normalization
     action_norm: Normalization
     action_dim: int
-
-
-def _json(path: Path) -> dict[str, Any]:
-    try:
-        return json.loads(path.read_text())
-    except (OSError, json.JSONDecodeError) as exc:
-        raise CheckpointError(f"{path}: cannot read it as JSON ({exc})") from None
 
 
 def is_smolvla_folder(folder: str | Path) -> bool:
