@@ -3,6 +3,7 @@ config fields, and the same actions when read again."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from pathlib import Path
 
@@ -101,7 +102,56 @@ def test_export_refuses_what_it_cannot_write_in_one_line(env, tmp_path, capsys):
     make_policy(env.env_spec, PolicyConfig(kind="vla", cameras=["front"], chunk_size=2, vla=flow)).save(
         tmp_path / "pi"
     )
+    make_policy(env.env_spec, PolicyConfig(kind="mlp")).save(tmp_path / "mlp")
     assert export.main([str(tmp_path / "pi"), str(tmp_path / "out")]) == 2
+    assert export.main([str(tmp_path / "mlp"), str(tmp_path / "out")]) == 2
     assert export.main([str(tmp_path / "nothing"), str(tmp_path / "out")]) == 2
     errors = capsys.readouterr().err.strip().splitlines()
-    assert len(errors) == 2 and "only OpenVLA / OpenVLA-OFT export so far" in errors[0]
+    assert len(errors) == 3 and all(line.startswith("error: ") for line in errors)
+    assert "no upstream layout to export to" in errors[0] and "only the VLA families export" in errors[1]
+
+
+PI_REFERENCE = REFERENCE.parent
+
+
+@pytest.mark.parametrize(
+    ("family", "layout"), [("pi0", "openpi"), ("pi05", "lerobot"), ("smolvla", "lerobot")]
+)
+def test_a_lora_finetuned_flow_policy_exports_in_the_layout_it_came_in(env, tmp_path, family, layout):
+    from policies.vla.pi.loaded import load_pi
+    from policies.vla.smolvla.loaded import load_smolvla
+    from tests.policies.test_pi_policy import reference_spec
+
+    folder = PI_REFERENCE / family
+    tokenizer = folder / ("tiny_smolvlm" if family == "smolvla" else "paligemma_tokenizer")
+    dims = None if family == "smolvla" else str(folder / "tiny_dims.json")
+    chunk = 5
+    vla = VLAConfig(checkpoint=str(folder / layout), dims=dims or "", tokenizer=str(tokenizer), head="flow",
+                    flow_steps=10, flow_noise_level=0.0, lora_rank=4)  # fmt: skip
+    policy = make_policy(
+        reference_spec(env), PolicyConfig(kind="vla", cameras=["base"], chunk_size=chunk, vla=vla)
+    )
+    generator = torch.Generator().manual_seed(0)
+    obs = {"state": torch.randn(2, 8, generator=generator),
+           "images": {"base": torch.randint(0, 255, (2, 64, 64, 3), dtype=torch.uint8, generator=generator)},
+           "instruction": ["pick up the red cube", "open the drawer"]}  # fmt: skip
+    before = policy.act(obs, "greedy").actions
+    finetune(policy, obs)
+    after = policy.act(obs, "greedy").actions
+    assert not torch.allclose(before, after)  # the finetune moved the chunk
+    policy.save(tmp_path / "policy")
+    assert export.main([str(tmp_path / "policy"), str(tmp_path / "out")]) == 0
+    out = tmp_path / "out"
+    assert shapes(out / "model.safetensors") == shapes(folder / layout / "model.safetensors")
+    source_files = sorted(p.relative_to(folder / layout) for p in (folder / layout).rglob("*") if p.is_file())
+    assert sorted(p.relative_to(out) for p in out.rglob("*") if p.is_file()) == source_files
+    if family == "smolvla":
+        reloaded = load_smolvla(out, tokenizer)
+        reloaded.checkpoint = dataclasses.replace(reloaded.checkpoint, cameras=("base",))
+        batch = reloaded.inputs(obs["images"], obs["state"], obs["instruction"])
+    else:
+        reloaded = load_pi(out, dims, tokenizer)
+        slot = reloaded.checkpoint.cameras[0]
+        batch = reloaded.inputs({slot: obs["images"]["base"]}, obs["state"], obs["instruction"])
+    chunk_out = reloaded.sample(batch, torch.zeros(2, chunk, 32))["action_chunk"]
+    torch.testing.assert_close(chunk_out.clamp(-10.0, 10.0), after, atol=1e-4, rtol=0)
