@@ -9,6 +9,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import torch
 from torch import nn
 
 
@@ -42,3 +43,39 @@ def read_json(path: Path) -> dict[str, Any]:
         return json.loads(path.read_text())
     except (OSError, json.JSONDecodeError) as exc:
         raise CheckpointError(f"{path}: cannot read it as JSON ({exc})") from None
+
+
+def load_key_for_key(
+    model: nn.Module,
+    files: list[Path],
+    dtype: torch.dtype,
+    device: str | torch.device,
+    prefix: str = "",
+    shape_hint: str = "",
+) -> None:
+    """Fill ``model`` (parameters on meta) from safetensors ``files`` whose keys are the model's own
+    (after ``prefix``), each tensor read once in ``dtype``; an unexpected, missing or misshapen key is
+    a one-line :class:`CheckpointError` (``shape_hint`` says what to do about a shape)."""
+    from safetensors import safe_open
+
+    folder = files[0].parent
+    ours = model.state_dict(keep_vars=True)
+    tensors: dict[str, torch.Tensor] = {}
+    for path in files:
+        with safe_open(str(path), "pt", device=str(device)) as f:
+            for stored in f.keys():  # noqa: SIM118 (a safetensors handle)
+                name = stored.removeprefix(prefix)
+                if name not in ours:
+                    raise CheckpointError(f"{folder}: unexpected key {stored} in {path.name}")
+                tensor = f.get_tensor(stored)
+                if tuple(tensor.shape) != tuple(ours[name].shape):
+                    raise CheckpointError(
+                        f"{folder}: {stored} has shape {list(tensor.shape)}, the model built from its config "
+                        f"wants {list(ours[name].shape)}{shape_hint}"
+                    )
+                tensors[name] = tensor.to(dtype) if tensor.is_floating_point() else tensor
+    missing = sorted(set(ours) - set(tensors))
+    if missing:
+        raise CheckpointError(f"{folder}: missing {prefix}{missing[0]} ({len(missing)} in all)")
+    model.load_state_dict(tensors, strict=True, assign=True)
+    model.to(device)

@@ -17,7 +17,7 @@ import numpy as np
 import torch
 
 from policies.vla.openvla.vision import ViTDims, vit_dims
-from policies.vla.weights import CheckpointError
+from policies.vla.weights import CheckpointError, load_key_for_key
 from policies.vla.weights import read_json as _json
 
 MODEL_TYPES = ("openvla",)
@@ -167,25 +167,5 @@ def load_weights(
     model: torch.nn.Module, folder: Path, dtype: torch.dtype, device: str | torch.device
 ) -> None:
     """Fill ``model`` (parameters on meta) key for key, each tensor read once in ``dtype``."""
-    from safetensors import safe_open
-
-    ours = model.state_dict(keep_vars=True)
-    tensors: dict[str, torch.Tensor] = {}
-    for path in weight_files(folder):
-        with safe_open(str(path), "pt", device=str(device)) as f:
-            for name in f.keys():  # noqa: SIM118 (a safetensors handle)
-                if name not in ours:
-                    raise CheckpointError(f"{folder}: unexpected key {name} in {path.name}")
-                tensor = f.get_tensor(name)
-                if tuple(tensor.shape) != tuple(ours[name].shape):
-                    raise CheckpointError(
-                        f"{folder}: {name} has shape {list(tensor.shape)}, the model built from config.json "
-                        f"wants {list(ours[name].shape)} (weights smaller than the timm ids say? pass a dims "
-                        "file with --dims / policy.vla.dims)"
-                    )
-                tensors[name] = tensor.to(dtype) if tensor.is_floating_point() else tensor
-    missing = sorted(set(ours) - set(tensors))
-    if missing:
-        raise CheckpointError(f"{folder}: missing {missing[0]} ({len(missing)} in all)")
-    model.load_state_dict(tensors, strict=True, assign=True)
-    model.to(device)
+    hint = " (weights smaller than the timm ids say? pass a dims file with --dims / policy.vla.dims)"
+    load_key_for_key(model, weight_files(folder), dtype, device, shape_hint=hint)

@@ -19,7 +19,7 @@ from torch.nn import functional
 from policies.vla.pi.checkpoint import _lerobot_norm, _processor_step
 from policies.vla.pi.inputs import Normalization, pad_to
 from policies.vla.smolvla.model import SmolVLADims, SmolVLAFlow, SmolVLAPrefix, build_smolvla, euler_sample
-from policies.vla.weights import CheckpointError
+from policies.vla.weights import CheckpointError, load_key_for_key
 from policies.vla.weights import read_json as _json
 
 IMAGE_PREFIX = "observation.images."
@@ -109,30 +109,10 @@ def read_checkpoint(folder: str | Path, vlm_dir: str | Path | None = None) -> Sm
 
 
 def load_weights(model: SmolVLAFlow, folder: Path, dtype: torch.dtype, device: str | torch.device) -> None:
-    from safetensors import safe_open
-
     path = folder / "model.safetensors"
     if not path.is_file():
         raise CheckpointError(f"{folder}: no model.safetensors")
-    ours = model.state_dict(keep_vars=True)
-    tensors = {}
-    with safe_open(str(path), "pt", device=str(device)) as f:
-        for stored in f.keys():  # noqa: SIM118 (a safetensors handle)
-            name = stored.removeprefix("model.")
-            if name not in ours:
-                raise CheckpointError(f"{folder}: unexpected key {stored}")
-            tensor = f.get_tensor(stored)
-            if tuple(tensor.shape) != tuple(ours[name].shape):
-                raise CheckpointError(
-                    f"{folder}: {stored} has shape {list(tensor.shape)}, the model built from its config wants "
-                    f"{list(ours[name].shape)}"
-                )
-            tensors[name] = tensor.to(dtype) if tensor.is_floating_point() else tensor
-    missing = sorted(set(ours) - set(tensors))
-    if missing:
-        raise CheckpointError(f"{folder}: missing model.{missing[0]} ({len(missing)} in all)")
-    model.load_state_dict(tensors, strict=True, assign=True)
-    model.to(device)
+    load_key_for_key(model, [path], dtype, device, prefix="model.")
 
 
 def resize_with_pad(images: torch.Tensor, height: int, width: int) -> torch.Tensor:
