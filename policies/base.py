@@ -90,6 +90,13 @@ def _as_tensor(value: Any, device: torch.device | str, dtype: torch.dtype | None
     return torch.as_tensor(np.asarray(value), dtype=dtype, device=device)
 
 
+def check_cameras(cameras: list[str], spec: EnvSpec) -> None:
+    """Every camera a policy asks for is one the env has, or a one-line error naming it."""
+    for name in cameras:
+        if name not in spec.camera_names:
+            raise ValueError(f"policy camera {name!r} is not in the env's cameras {list(spec.camera_names)}")
+
+
 class Policy(nn.Module, abc.ABC):
     """Base class: subclasses implement ``act``, ``evaluate`` and a config for save/load.
 

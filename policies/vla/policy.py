@@ -18,7 +18,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from policies.base import Policy, PolicyEvaluation, PolicyOutput, to_tensors
+from policies.base import Policy, PolicyEvaluation, PolicyOutput, check_cameras, to_tensors
 from policies.config import PolicyConfig
 from policies.normalization import RunningNormalizer
 from policies.vla.action_tokens import ActionTokenizer
@@ -43,11 +43,7 @@ class VLAPolicy(Policy):
         super().__init__()
         self.spec, self.cfg, vla = spec, cfg, cfg.vla
         self.chunk_size, self.action_dim = cfg.chunk_size, spec.action.dim
-        for name in cfg.cameras:
-            if name not in spec.camera_names:
-                raise ValueError(
-                    f"policy camera {name!r} is not in the env's cameras {list(spec.camera_names)}"
-                )
+        check_cameras(cfg.cameras, spec)
         source = str(saved / BACKBONE_DIR) if saved is not None else vla.backbone
         model, tokenizer, processor = load_backbone(source, vla.action_bins, weights=saved is None)
         self.backbone = VisionLanguageBackbone(model, tokenizer, processor)

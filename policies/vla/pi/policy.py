@@ -21,7 +21,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from policies.base import Policy, PolicyEvaluation, PolicyOutput, to_tensors
+from policies.base import Policy, PolicyEvaluation, PolicyOutput, check_cameras, to_tensors
 from policies.config import PolicyConfig
 from policies.normalization import RunningNormalizer
 from policies.vla.flow_head import FlowSchedule, gaussian_log_prob
@@ -67,11 +67,7 @@ class PiPolicy(Policy):
         super().__init__()
         self.spec, self.cfg, vla = spec, cfg, cfg.vla
         self.chunk_size, self.action_dim = cfg.chunk_size, spec.action.dim
-        for name in cfg.cameras:
-            if name not in spec.camera_names:
-                raise ValueError(
-                    f"policy camera {name!r} is not in the env's cameras {list(spec.camera_names)}"
-                )
+        check_cameras(cfg.cameras, spec)
         if vla.head != "flow":
             raise ValueError(
                 f"π0 / π0.5 are flow-matching policies: set policy.vla.head=flow (got {vla.head!r})"
