@@ -6,8 +6,10 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from protos.user_error import UserError
 
-class CalibrationError(ValueError):
+
+class CalibrationError(UserError, ValueError):
     """Calibration input or result is not good enough; the message says what to do."""
 
 

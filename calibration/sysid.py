@@ -17,13 +17,14 @@ import numpy as np
 
 from protos import franka
 from protos.lerobot_dataset import DatasetError
+from protos.user_error import UserError
 from sim_envs.physics import SEARCH_RANGES, PhysicsParams
 
 # The state fields compared, and the size of an error that counts as 1 in the objective.
 ERROR_SCALES = {"tcp_pos": 0.01, "joint_pos": 0.05, "gripper_width": 0.005, "cube_pos": 0.01}
 
 
-class SysIdError(ValueError):
+class SysIdError(UserError, ValueError):
     """Input sysid cannot use; the message is one line."""
 
 

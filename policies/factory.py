@@ -9,6 +9,7 @@ from typing import Any
 from policies.actor_critic import GaussianActorCritic
 from policies.base import POLICY_FILE, VALUE_HEAD_PREFIXES, WEIGHTS_FILE, Policy
 from policies.config import PolicyConfig
+from policies.errors import PolicyLoadError
 from protos import EnvSpec
 
 
@@ -52,7 +53,9 @@ def _with_own_value_head(policy: Policy, weights: dict[str, Any]) -> dict[str, A
 def _read_header(path: Path) -> dict[str, Any]:
     header_file = path / POLICY_FILE
     if not header_file.is_file():
-        raise ValueError(f"{path} is not a saved policy (no {POLICY_FILE}; expected Policy.save's folder)")
+        raise PolicyLoadError(
+            f"{path} is not a saved policy (no {POLICY_FILE}; expected Policy.save's folder)"
+        )
     return json.loads(header_file.read_text())
 
 
@@ -63,17 +66,19 @@ def _weights_for(policy: Policy, cfg: PolicyConfig, path: Path) -> dict[str, Any
     header = _read_header(path)
     where = f"policy.init_from={str(path)!r}"
     if header["class"] != type(policy).__name__:
-        raise ValueError(f"{where} holds a {header['class']}; this config builds a {type(policy).__name__}")
+        raise PolicyLoadError(
+            f"{where} holds a {header['class']}; this config builds a {type(policy).__name__}"
+        )
     saved = PolicyConfig.from_dict(header["config"])
     if cfg.kind == "vla":
         for key in ("head", "parallel_decoding", "action_bins", "lora_rank"):
             if getattr(saved.vla, key) != getattr(cfg.vla, key):
-                raise ValueError(
+                raise PolicyLoadError(
                     f"{where} has policy.vla.{key}={getattr(saved.vla, key)!r}; this config asks for "
                     f"{getattr(cfg.vla, key)!r}"
                 )
     if saved.chunk_size != cfg.chunk_size:
-        raise ValueError(
+        raise PolicyLoadError(
             f"{where} has policy.chunk_size={saved.chunk_size}; this config asks for {cfg.chunk_size}"
         )
     return _with_own_value_head(policy, load_file(str(path / WEIGHTS_FILE)))
@@ -87,7 +92,9 @@ def load_policy(path: str | Path, map_location: str = "cpu") -> Policy:
     header = _read_header(path)
     policy = make_policy(EnvSpec.from_dict(header["spec"]), header["config"], saved=path)
     if type(policy).__name__ != header["class"]:
-        raise ValueError(f"{path} holds a {header['class']}, its config builds a {type(policy).__name__}")
+        raise PolicyLoadError(
+            f"{path} holds a {header['class']}, its config builds a {type(policy).__name__}"
+        )
     from safetensors.torch import load_file
 
     policy.load_weights(load_file(str(path / WEIGHTS_FILE), device=map_location))

@@ -28,6 +28,7 @@ from pathlib import Path
 import numpy as np
 
 from protos.atomic_files import replace_durably, write_atomic
+from protos.user_error import UserError
 
 CODEBASE_VERSION = "v3.0"
 CHUNKS_SIZE = 1000
@@ -39,7 +40,7 @@ QUANTILES = {"q01": 0.01, "q10": 0.10, "q50": 0.50, "q90": 0.90, "q99": 0.99}  #
 ENCODERS = {"h264": "libx264", "av1": "libsvtav1", "hevc": "libx265"}
 
 
-class DatasetError(ValueError):
+class DatasetError(UserError, ValueError):
     """The dataset on disk does not match what is being written to it."""
 
 

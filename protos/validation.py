@@ -8,9 +8,10 @@ from typing import Any
 import numpy as np
 
 from protos.env_spec import EnvSpec
+from protos.user_error import UserError
 
 
-class ContractError(ValueError):
+class ContractError(UserError, ValueError):
     """An action or observation does not match the env contract."""
 
 

@@ -12,10 +12,11 @@ from typing import Any
 
 from protos.env_spec import LINK_DOWNSCALES
 from protos.field_limits import robot_id_problem
+from protos.user_error import UserError
 from robot_agent.safety import SafetyConfig
 
 
-class AgentConfigError(ValueError):
+class AgentConfigError(UserError, ValueError):
     """A robot config file or value is wrong; the message names the key."""
 
 

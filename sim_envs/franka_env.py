@@ -24,6 +24,7 @@ from protos import (
 )
 from protos.env_spec import INSTRUCTION_CHARSET, with_previous_action
 from sim_envs import panda_model
+from sim_envs.errors import EnvConfigError
 from sim_envs.physics import PhysicsParams, load_physics_file, physics_between
 from sim_envs.randomization import DomainRandomization, ModelRandomizer
 from sim_envs.rendering import make_renderer
@@ -114,35 +115,35 @@ class FrankaEnvConfig:
 
     def __post_init__(self) -> None:
         if self.action_mode not in (EE_DELTA_POSE_GRIPPER, JOINT_POSITION):
-            raise ValueError(
+            raise EnvConfigError(
                 f"action_mode must be {EE_DELTA_POSE_GRIPPER!r} or {JOINT_POSITION!r}, "
                 f"got {self.action_mode!r}"
             )
         if self.reward_type not in ("dense", "sparse"):
-            raise ValueError(f"reward_type must be 'dense' or 'sparse', got {self.reward_type!r}")
+            raise EnvConfigError(f"reward_type must be 'dense' or 'sparse', got {self.reward_type!r}")
         for name in ROBOT_LIMITS:
             if getattr(self, name) < 0:
-                raise ValueError(f"{name} must be >= 0 (0: no limit), got {getattr(self, name)}")
+                raise EnvConfigError(f"{name} must be >= 0 (0: no limit), got {getattr(self, name)}")
         unknown = [c for c in self.cameras if c not in CAMERAS]
         if unknown:
-            raise ValueError(f"unknown camera {unknown[0]!r}; this scene has {list(CAMERAS)}")
+            raise EnvConfigError(f"unknown camera {unknown[0]!r}; this scene has {list(CAMERAS)}")
         substeps = round(1.0 / (self.control_hz * self.physics_dt))
         if substeps < 1 or abs(substeps * self.physics_dt * self.control_hz - 1.0) > 1e-6:
-            raise ValueError(
+            raise EnvConfigError(
                 f"control_hz={self.control_hz} must divide the physics rate {1 / self.physics_dt:g} Hz"
             )
         if self.object_state and self.privileged_state:
-            raise ValueError(
+            raise EnvConfigError(
                 "object_state=true needs privileged_state=false (the privileged state already holds "
                 "the objects, and the task's target)"
             )
         if self.physics_curriculum_successes < 0:
-            raise ValueError(
+            raise EnvConfigError(
                 f"physics_curriculum_successes must be >= 0 (0: off), got {self.physics_curriculum_successes}"
             )
         latency_s = self.randomization.control_latency_ms[1] / 1000.0
         if latency_s >= 1.0 / self.control_hz:
-            raise ValueError(
+            raise EnvConfigError(
                 f"randomization.control_latency_ms up to {latency_s * 1000:g} ms must be shorter "
                 f"than one control period ({1000 / self.control_hz:g} ms)"
             )
@@ -154,7 +155,7 @@ class FrankaEnvConfig:
         known = {f.name for f in fields(cls)}
         for key in overrides:
             if key not in known:
-                raise ValueError(f"unknown env config key {key!r}; known: {sorted(known)}")
+                raise EnvConfigError(f"unknown env config key {key!r}; known: {sorted(known)}")
         if "randomization" in overrides:
             overrides["randomization"] = DomainRandomization.from_any(overrides["randomization"])
         if "cameras" in overrides:
@@ -187,7 +188,7 @@ class FrankaEnv(gym.Env):
             overrides["task"] = task
         self.cfg = FrankaEnvConfig.from_overrides(config, **overrides)
         if render_mode not in (None, "rgb_array"):
-            raise ValueError(f"render_mode must be None or 'rgb_array', got {render_mode!r}")
+            raise EnvConfigError(f"render_mode must be None or 'rgb_array', got {render_mode!r}")
         self.render_mode = render_mode
         self.task = make_task(self.cfg.task)
         arm_control = "cartesian" if self.cfg.action_mode == EE_DELTA_POSE_GRIPPER else JOINT_POSITION
@@ -229,7 +230,7 @@ class FrankaEnv(gym.Env):
     def _build_spec(self) -> EnvSpec:
         cfg = self.cfg
         if cfg.object_state and not self.task.object_fields():
-            raise ValueError(f"object_state=true: task {cfg.task!r} has no objects to show")
+            raise EnvConfigError(f"object_state=true: task {cfg.task!r} has no objects to show")
         if cfg.action_mode == EE_DELTA_POSE_GRIPPER:
             action = ee_delta_action_space(rotation=cfg.action_rotation)
         else:
@@ -348,7 +349,7 @@ class FrankaEnv(gym.Env):
         under ``physics_curriculum_successes`` they are where the curriculum ends)."""
         latency_ms = physics.around(self.cfg.randomization).control_latency_ms[1]
         if latency_ms >= 1000.0 / self.cfg.control_hz:
-            raise ValueError(
+            raise EnvConfigError(
                 f"control latency up to {latency_ms:g} ms (physics file plus randomisation) must be "
                 f"shorter than one control period ({1000 / self.cfg.control_hz:g} ms)"
             )
@@ -391,7 +392,7 @@ class FrankaEnv(gym.Env):
         """Where the Cartesian controller is pulling the TCP (the base that action deltas move):
         position and (w, x, y, z) orientation."""
         if self.cfg.action_mode != EE_DELTA_POSE_GRIPPER:
-            raise ValueError("commanded_tcp_pose needs the end-effector action mode")
+            raise EnvConfigError("commanded_tcp_pose needs the end-effector action mode")
         assert self._command.tcp_quat is not None
         return np.array(self._command.arm_target), np.array(self._command.tcp_quat)
 

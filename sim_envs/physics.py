@@ -15,6 +15,8 @@ from dataclasses import asdict, dataclass, fields, replace
 from pathlib import Path
 
 from protos.atomic_files import write_atomic
+from protos.user_error import UserError
+from sim_envs.errors import EnvConfigError
 from sim_envs.randomization import DomainRandomization
 
 PHYSICS_FORMAT = "rlinf-physics-v1"
@@ -43,7 +45,7 @@ SEARCH_RANGES = {
 SIGNED_PARAMETERS = ("object_position_bias_x_m", "object_position_bias_y_m")
 
 
-class PhysicsFileError(ValueError):
+class PhysicsFileError(UserError, ValueError):
     """A physics file that cannot be used; the message is one line naming the file and the problem."""
 
 
@@ -63,13 +65,13 @@ class PhysicsParams:
         for f in fields(self):
             value = getattr(self, f.name)
             if not isinstance(value, (int, float)) or not math.isfinite(value):
-                raise ValueError(f"{f.name} must be a finite number, got {value!r}")
+                raise EnvConfigError(f"{f.name} must be a finite number, got {value!r}")
             if f.name in SIGNED_PARAMETERS:
                 continue
             if value < 0:
-                raise ValueError(f"{f.name} must be a finite number >= 0, got {value!r}")
+                raise EnvConfigError(f"{f.name} must be a finite number >= 0, got {value!r}")
             if f.name != "control_latency_ms" and value == 0:
-                raise ValueError(f"{f.name} must be > 0, got {value!r}")
+                raise EnvConfigError(f"{f.name} must be > 0, got {value!r}")
 
     def around(self, randomization: DomainRandomization) -> DomainRandomization:
         """``randomization`` re-centred on these values: scale ranges multiply, latency and the

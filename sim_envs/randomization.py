@@ -6,6 +6,8 @@ from dataclasses import dataclass, field, fields
 
 import numpy as np
 
+from sim_envs.errors import EnvConfigError
+
 Range = tuple[float, float]
 
 
@@ -34,7 +36,9 @@ class DomainRandomization:
     def __post_init__(self) -> None:
         bias = self.object_position_bias_m
         if not _is_vector3(bias):
-            raise ValueError(f"randomization.object_position_bias_m must be 3 numbers (x, y, z), got {bias}")
+            raise EnvConfigError(
+                f"randomization.object_position_bias_m must be 3 numbers (x, y, z), got {bias}"
+            )
         object.__setattr__(self, "camera_mount_offset", _checked_mount_offsets(self.camera_mount_offset))
         for f in fields(self):
             value = getattr(self, f.name)
@@ -42,11 +46,11 @@ class DomainRandomization:
                 continue
             if isinstance(value, tuple):
                 if len(value) != 2 or value[0] > value[1]:
-                    raise ValueError(f"randomization.{f.name} must be (low, high), got {value}")
+                    raise EnvConfigError(f"randomization.{f.name} must be (low, high), got {value}")
                 if value[0] < 0:
-                    raise ValueError(f"randomization.{f.name} must be >= 0, got {value}")
+                    raise EnvConfigError(f"randomization.{f.name} must be >= 0, got {value}")
             elif isinstance(value, float) and value < 0:
-                raise ValueError(f"randomization.{f.name} must be >= 0, got {value}")
+                raise EnvConfigError(f"randomization.{f.name} must be >= 0, got {value}")
 
     @classmethod
     def from_any(cls, value: DomainRandomization | dict | None) -> DomainRandomization:
@@ -59,7 +63,7 @@ class DomainRandomization:
         known = {f.name for f in fields(cls)}
         unknown = sorted(set(value) - known)
         if unknown:
-            raise ValueError(f"unknown randomization key {unknown[0]!r}; known: {sorted(known)}")
+            raise EnvConfigError(f"unknown randomization key {unknown[0]!r}; known: {sorted(known)}")
         return cls(**{k: tuple(v) if isinstance(v, list) else v for k, v in value.items()})
 
 
@@ -79,16 +83,18 @@ def _checked_mount_offsets(offsets) -> dict:
     """``camera_mount_offset`` validated, with every camera's two keys as 3-tuples (missing: zero)."""
     where = "randomization.camera_mount_offset"
     if not isinstance(offsets, dict):
-        raise ValueError(f"{where} must map a camera name to {{pos_m, rot_deg}}, got {offsets!r}")
+        raise EnvConfigError(f"{where} must map a camera name to {{pos_m, rot_deg}}, got {offsets!r}")
     checked = {}
     for camera, offset in offsets.items():
         if camera not in MOUNTED_CAMERAS:
-            raise ValueError(f"{where}: unknown camera {camera!r}; the scene has {list(MOUNTED_CAMERAS)}")
+            raise EnvConfigError(f"{where}: unknown camera {camera!r}; the scene has {list(MOUNTED_CAMERAS)}")
         if not isinstance(offset, dict) or set(offset) - set(MOUNT_OFFSET_KEYS):
-            raise ValueError(f"{where}.{camera} takes the keys {list(MOUNT_OFFSET_KEYS)}, got {offset!r}")
+            raise EnvConfigError(f"{where}.{camera} takes the keys {list(MOUNT_OFFSET_KEYS)}, got {offset!r}")
         for key in MOUNT_OFFSET_KEYS:
             if not _is_vector3(offset.get(key, (0.0, 0.0, 0.0))):
-                raise ValueError(f"{where}.{camera}.{key} must be 3 numbers (x, y, z), got {offset[key]!r}")
+                raise EnvConfigError(
+                    f"{where}.{camera}.{key} must be 3 numbers (x, y, z), got {offset[key]!r}"
+                )
         checked[camera] = {
             key: tuple(float(v) for v in offset.get(key, (0, 0, 0))) for key in MOUNT_OFFSET_KEYS
         }

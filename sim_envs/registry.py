@@ -9,6 +9,9 @@ from __future__ import annotations
 
 from typing import Any
 
+from protos.user_error import UserError
+from sim_envs.errors import EnvConfigError
+
 ENV_IDS = {
     "rlinf/FrankaReach-v0": "reach",
     "rlinf/FrankaPush-v0": "push",
@@ -30,7 +33,7 @@ GYMNASIUM = "gymnasium"  # what check_env_id returns for an outside gymnasium en
 SUITE = "suite"  # what check_env_id returns for one of SUITE_IDS
 
 
-class UnknownEnvError(ValueError):
+class UnknownEnvError(UserError, ValueError):
     """The env id is neither one of ours nor registered with gymnasium."""
 
 
@@ -65,7 +68,7 @@ def make(env_id: str, **config: Any):
 
         return GymnasiumAdapter(env_id, **config)
     if env_id in VECTOR_SUITE_IDS:
-        raise ValueError(f"{env_id} is batched (one object steps every env): build it with make_vector")
+        raise EnvConfigError(f"{env_id} is batched (one object steps every env): build it with make_vector")
     if kind == SUITE:
         return make_suite_env(env_id, load_entry_point(SUITE_IDS[env_id]), **config)
     from sim_envs.franka_env import FrankaEnv
@@ -86,4 +89,4 @@ def make_suite_env(env_id: str, env_class, *args: Any, **config: Any):
     try:
         return env_class(*args, **config)
     except TypeError as exc:  # e.g. a Franka preset's env.kwargs handed to another suite
-        raise ValueError(f"{env_id} does not take env.kwargs {sorted(config)}: {exc}") from None
+        raise EnvConfigError(f"{env_id} does not take env.kwargs {sorted(config)}: {exc}") from None

@@ -9,6 +9,8 @@ from __future__ import annotations
 import ctypes.util
 import os
 
+from protos.user_error import UserError
+
 _BACKEND_LIBRARIES = {"egl": "EGL", "osmesa": "OSMesa"}
 INSTALL_HINT = (
     "install a headless GL: `apt-get install libegl1 libgl1` (EGL) or `apt-get install libosmesa6` "
@@ -16,10 +18,8 @@ INSTALL_HINT = (
 )
 
 
-class RenderingUnavailable(RuntimeError):
+class RenderingUnavailable(UserError, RuntimeError):
     """No offscreen OpenGL backend could render."""
-
-    user_facing = True  # the CLI prints it as a one-line error
 
 
 def select_gl_backend() -> str | None:

@@ -7,6 +7,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from sim_envs import panda_model
+from sim_envs.errors import EnvConfigError
 
 TABLE_TOP_Z = 0.0  # the robot base stands on the table top, at the world origin
 TABLE_MATERIALS = ("table_wood", "table_checker", "table_grid")
@@ -38,15 +39,15 @@ def load_camera_mounts(path: str) -> tuple[CameraMount, ...]:
     try:
         data = json.loads(Path(path).read_text())
     except (OSError, ValueError) as exc:
-        raise ValueError(f"cannot read camera file {path}: {exc}") from None
+        raise EnvConfigError(f"cannot read camera file {path}: {exc}") from None
     if data.get("version") != CAMERA_FILE_VERSION:
-        raise ValueError(
+        raise EnvConfigError(
             f"camera file {path} has version {data.get('version')}, expected {CAMERA_FILE_VERSION}"
         )
     mounts = []
     for name, cam in data["cameras"].items():
         if name not in ("front", "wrist"):
-            raise ValueError(
+            raise EnvConfigError(
                 f"camera file {path}: unknown camera {name!r}; the scene has 'front' and 'wrist'"
             )
         mounts.append(CameraMount(name, tuple(cam["pos"]), tuple(cam["xyaxes"]), float(cam["fovy"])))
@@ -103,7 +104,7 @@ def build_scene_xml(cfg: SceneConfig) -> str:
     """Return a complete MJCF document for the scene."""
     for color in cfg.extra_cubes:
         if color not in CUBE_COLORS or color == "red":
-            raise ValueError(
+            raise EnvConfigError(
                 f"extra cube colour {color!r} is not one of {sorted(set(CUBE_COLORS) - {'red'})}"
             )
     colors = (("red",) if cfg.with_cube else ()) + tuple(cfg.extra_cubes)

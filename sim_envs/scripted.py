@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from protos import EnvSpec
+from sim_envs.errors import EnvConfigError
 
 APPROACH_HEIGHT = 0.08  # metres above the cube before descending
 LIFT_TARGET = 0.12  # lift the cube centre this far above its resting height
@@ -156,9 +157,9 @@ def scripted_policy(spec: EnvSpec):
     """The scripted controller for the spec's task (end-effector delta actions only)."""
     task = spec.metadata.get("task")
     if task not in SCRIPTED_POLICIES:
-        raise ValueError(f"no scripted controller for task {task!r}; have {sorted(SCRIPTED_POLICIES)}")
+        raise EnvConfigError(f"no scripted controller for task {task!r}; have {sorted(SCRIPTED_POLICIES)}")
     if spec.action.kind != "ee_delta_pose+gripper":
-        raise ValueError(
+        raise EnvConfigError(
             f"scripted controllers drive ee_delta_pose+gripper actions, not {spec.action.kind!r}"
         )
     return SCRIPTED_POLICIES[task](spec)

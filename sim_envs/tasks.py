@@ -12,6 +12,7 @@ from typing import Protocol
 import numpy as np
 
 from protos import StateField
+from sim_envs.errors import EnvConfigError
 
 # Workspace the tasks sample from (metres, world frame; the table top is z = 0).
 OBJECT_X = (0.42, 0.62)
@@ -278,5 +279,5 @@ TASKS: dict[str, type] = {
 
 def make_task(name: str) -> Task:
     if name not in TASKS:
-        raise ValueError(f"unknown task {name!r}; known: {sorted(TASKS)}")
+        raise EnvConfigError(f"unknown task {name!r}; known: {sorted(TASKS)}")
     return TASKS[name]()

@@ -22,6 +22,7 @@ import numpy as np
 from protos import ContractError, EnvSpec
 from protos.batch import ChunkResult, VectorEnv, concat_obs, stack_obs
 from sim_envs.core_claims import allowed_cores
+from sim_envs.errors import EnvConfigError
 from sim_envs.registry import VECTOR_SUITE_IDS, check_env_id, load_entry_point, make_suite_env
 from sim_envs.vector_worker import EnvSlot, play_chunks, receive, reset_slots
 
@@ -136,14 +137,14 @@ class SimVectorEnv:
         except EOFError:
             raise RuntimeError("a sim worker process died; see its stderr above") from None
         if status == "error":
-            name, message = payload
-            error_type = {
-                "ContractError": ContractError,
-                "ValueError": ValueError,
-                "UnknownEnvError": ValueError,
-                "AdapterError": ValueError,
-            }
-            raise error_type.get(name, RuntimeError)(message)
+            name, message, user_error = payload
+            if name == "ContractError":
+                raise ContractError(message)
+            if user_error:  # a config the user can fix: one line at the CLI, as in the inline env
+                raise EnvConfigError(message)
+            raise (ValueError if name == "ValueError" else RuntimeError)(
+                f"in a sim worker: {name}: {message}"
+            )
         return payload
 
     def _scatter(self, command: str, items: list | np.ndarray) -> list:

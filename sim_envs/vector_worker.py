@@ -16,6 +16,7 @@ from typing import Any
 import numpy as np
 
 from protos.batch import ChunkResult, EpisodeSummary, stack_obs
+from protos.user_error import UserError
 from sim_envs.core_claims import pin_to_a_free_core
 
 _NO_STEP = (0.0, False, False, False)  # a chunk's rows after its episode ended (valid=False)
@@ -157,6 +158,11 @@ def receive(conn: Connection, spin_s: float) -> Any:
     return conn.recv()
 
 
+def error_payload(exc: BaseException) -> tuple[str, str, bool]:
+    """What the parent needs to raise the error again: its name, message, and whether the user can fix it."""
+    return type(exc).__name__, str(exc), isinstance(exc, UserError)
+
+
 def _worker(
     conn: Connection, env_id: str, config: dict[str, Any], count: int, spin_s: float, pin: bool
 ) -> None:
@@ -164,7 +170,7 @@ def _worker(
     try:
         slots = [EnvSlot(env_id, config) for _ in range(count)]
     except Exception as exc:
-        conn.send(("error", (type(exc).__name__, str(exc))))
+        conn.send(("error", error_payload(exc)))
         return
     conn.send(("ready", {"spec": slots[0].env.env_spec.to_dict(), "core": core}))
     while True:
@@ -183,7 +189,7 @@ def _worker(
                 raise ValueError(f"unknown worker command {command!r}")
             conn.send(("ok", result))
         except Exception as exc:
-            conn.send(("error", (type(exc).__name__, str(exc))))
+            conn.send(("error", error_payload(exc)))
 
 
 def main() -> None:

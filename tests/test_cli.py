@@ -87,6 +87,41 @@ def test_rollout_plays_a_checkpoint_with_its_runs_env_config_and_any_tasks_exper
     assert (
         wrong.returncode == 2 and "is not a saved policy" in wrong.stderr and "Traceback" not in wrong.stderr
     )
+    # A policy of another env: the policy's fields are labelled as what is expected, the env's as the env's.
+    other = run_cli("rlinf-trainer", "rollout", "--env", "rlinf/FrankaPickLift-v0", "--policy", str(policy),
+                    "--out", str(tmp_path / "d"))  # fmt: skip
+    last = other.stderr.strip().splitlines()[-1]
+    assert other.returncode == 2 and "Traceback" not in other.stderr, other.stderr[-500:]
+    assert last.startswith(f"error: the policy at {policy} does not fit env rlinf/FrankaPickLift-v0"), last
+    expected, env_has = last.split("expected ", 1)[1].split("; env rlinf/FrankaPickLift-v0 has ")
+    assert "goal_pos" in expected and "cube_pos" in env_has and "cube_pos" not in expected, last
+
+
+def test_a_bug_keeps_its_traceback_and_a_user_error_is_one_line(monkeypatch, capsys):
+    import trainer.cli as cli
+    from protos.user_error import UserError
+
+    def fails(error):
+        def command(args):
+            raise error
+
+        return command
+
+    parser = cli.build_parser
+
+    def patched(error):
+        def build():
+            built = parser()
+            built._subparsers._group_actions[0].choices["rollout"].set_defaults(func=fails(error))
+            return built
+
+        return build
+
+    monkeypatch.setattr(cli, "build_parser", patched(UserError("bad --env")))
+    assert cli.main(["rollout"]) == 2 and capsys.readouterr().err == "error: bad --env\n"
+    monkeypatch.setattr(cli, "build_parser", patched(ValueError("an internal bug")))
+    with pytest.raises(ValueError, match="an internal bug"):
+        cli.main(["rollout"])
 
 
 def test_serve_on_a_port_in_use_is_one_line(tmp_path):

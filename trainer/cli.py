@@ -6,6 +6,8 @@ import argparse
 import sys
 from pathlib import Path
 
+from protos.user_error import UserError
+
 
 def _rollout(args: argparse.Namespace) -> int:
     from trainer.demo import run_rollout
@@ -118,11 +120,11 @@ def _demos(args: argparse.Namespace) -> int:
 
     kwargs = yaml.safe_load(args.env_kwargs) if args.env_kwargs else {}
     if not isinstance(kwargs, dict):
-        raise ValueError(
+        raise UserError(
             f"--env-kwargs must be a YAML mapping, e.g. '{{cameras: [front]}}'; got {args.env_kwargs!r}"
         )
     if args.action_noise < 0:
-        raise ValueError(f"--action-noise must be >= 0, got {args.action_noise}")
+        raise UserError(f"--action-noise must be >= 0, got {args.action_noise}")
     config = DemoConfig(
         args.env, args.episodes, args.out, args.seed, True, kwargs, args.action_noise, args.teacher
     )
@@ -246,10 +248,18 @@ def main(argv: list[str] | None = None) -> int:
     try:
         return args.func(args)
     except Exception as exc:
-        if isinstance(exc, (ValueError, KeyError)) or getattr(exc, "user_facing", False):
+        if is_user_error(exc):
             print(f"error: {exc}", file=sys.stderr)
             return 2
-        raise
+        raise  # a bug: its traceback is what a report needs
+
+
+def is_user_error(exc: BaseException) -> bool:
+    """A mistake the user can fix (printed as one line), as against a bug (kept with its traceback)."""
+    if isinstance(exc, UserError):
+        return True
+    omegaconf_errors = sys.modules.get("omegaconf.errors")  # the config library's own, if it is loaded
+    return omegaconf_errors is not None and isinstance(exc, omegaconf_errors.OmegaConfBaseException)
 
 
 if __name__ == "__main__":

@@ -14,6 +14,8 @@ from typing import Any
 
 import numpy as np
 
+from protos.validation import ContractError
+
 FIXED_POLICIES = ("random", "scripted")
 
 
@@ -59,9 +61,11 @@ def run_rollout(
         kwargs = saved_policy_env_kwargs(Path(policy))
     env = sim_envs.make(env_id, render_mode="rgb_array", render_size=128, **kwargs)
     if loaded is not None:
-        problem = spec_mismatch(loaded.spec, env.env_spec, f"the policy at {policy}")
+        # The policy's spec is the expected one, the env's is compared against it.
+        problem = spec_mismatch(loaded.spec, env.env_spec, f"env {env_id}")
         if problem:
-            raise ValueError(problem)
+            env.close()
+            raise ContractError(f"the policy at {policy} does not fit env {env_id}: {problem}")
     scripted = expert_for(env) if policy == "scripted" else None
     rng = np.random.default_rng(seed)
     out_dir.mkdir(parents=True, exist_ok=True)

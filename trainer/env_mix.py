@@ -15,6 +15,7 @@ import numpy as np
 
 from protos.batch import ChunkResult, VectorEnv, concat_obs
 from protos.env_spec import EnvSpec, spec_mismatch
+from protos.validation import ContractError
 
 
 def source_kind(venv: VectorEnv) -> str:
@@ -44,7 +45,7 @@ class MixedVectorEnv:
         for part in parts[1:]:
             problem = spec_mismatch(self.spec, part.spec, describe(part))
             if problem:
-                raise ValueError(problem)
+                raise ContractError(problem)
         self.weights = {"sim": 1.0, "world_model": 1.0, **(weights or {})}
         self.offsets = np.cumsum([0] + [part.num_envs for part in parts])
 
@@ -81,7 +82,7 @@ class MixedVectorEnv:
         for part, obs in zip(self.parts[1:], observations[1:]):
             missing = sorted(set(observations[0]["images"]) - set(obs["images"]))
             if missing:
-                raise ValueError(f"{describe(part)} gives no frames of cameras {missing}")
+                raise ContractError(f"{describe(part)} gives no frames of cameras {missing}")
         return concat_obs(observations), {}
 
     def step(self, actions: np.ndarray) -> ChunkResult:

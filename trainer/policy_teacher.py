@@ -17,9 +17,10 @@ import torch
 
 from protos.batch import stack_obs
 from protos.env_spec import PREVIOUS_ACTION
+from protos.user_error import UserError
 
 
-class TeacherError(ValueError):
+class TeacherError(UserError, ValueError):
     """A teacher that cannot act in this env, in one line."""
 
 

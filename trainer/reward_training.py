@@ -27,6 +27,7 @@ from policies.reward import ClassifierConfig, SuccessClassifier
 from protos import EnvSpec
 from protos.lerobot_dataset import DatasetError
 from trainer.algorithms.common import random_shift
+from trainer.configs.errors import ConfigError
 
 LABELS = ("frame", "episode")
 
@@ -66,7 +67,7 @@ def labelled_frames(cfg: RewardClassifierConfig, spec: EnvSpec) -> LabelledFrame
     from protos.lerobot_reader import read_camera, read_episodes, read_frames
 
     if cfg.label not in LABELS:
-        raise ValueError(f"algo.label must be one of {LABELS}, got {cfg.label!r}")
+        raise ConfigError(f"algo.label must be one of {LABELS}, got {cfg.label!r}")
     frames = read_frames(cfg.dataset)
     episodes = frames["episode_index"].to_numpy()
     if cfg.label == "frame":
@@ -167,11 +168,11 @@ def plot_calibration(metrics: dict[str, Any], path: Path) -> bool:
 def train_reward_classifier(cfg: RewardClassifierConfig, spec: EnvSpec, run_dir: Path, seed: int = 0) -> dict:
     """Fit, evaluate on held-out episodes, save ``<run_dir>/classifier`` and its figures; returns the metrics."""
     if not cfg.dataset:
-        raise ValueError("reward_classifier needs algo.dataset, a LeRobot v3 dataset folder")
+        raise ConfigError("reward_classifier needs algo.dataset, a LeRobot v3 dataset folder")
     try:
         data = labelled_frames(cfg, spec)
     except DatasetError as exc:
-        raise ValueError(f"algo.dataset={cfg.dataset!r}: {exc}") from None
+        raise ConfigError(f"algo.dataset={cfg.dataset!r}: {exc}") from None
     torch.manual_seed(seed)
     classifier = SuccessClassifier(
         spec, ClassifierConfig(list(cfg.cameras), cfg.use_state, threshold=cfg.threshold)

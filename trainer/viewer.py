@@ -12,6 +12,8 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import os
+import sys
 import time
 from collections import deque
 from dataclasses import dataclass
@@ -24,6 +26,7 @@ from protos import link_codec
 from protos import robot_link_pb2 as pb
 from protos.lerobot_dataset import DatasetError
 from protos.lerobot_reader import read_camera, read_episodes, read_frames, read_info
+from protos.user_error import UserError
 
 INDEX_COLUMNS = ("timestamp", "frame_index", "episode_index", "index", "task_index")
 PENDING_OBSERVATIONS = 4096  # a bound if the viewer falls behind: the oldest are dropped
@@ -83,6 +86,26 @@ def log_episode(recording, root: str | Path, index: int, info: dict, frames, epi
     return len(rows)
 
 
+class NoDisplay(UserError):
+    """The rerun viewer needs a screen, and this machine has none."""
+
+
+def spawn_viewer(recording) -> None:
+    """Start the rerun viewer for ``recording``: found beside this interpreter (an unactivated venv
+    has it in ``.venv/bin``), refused with a hint where there is no screen to show it on."""
+    if sys.platform.startswith("linux") and not (
+        os.environ.get("DISPLAY") or os.environ.get("WAYLAND_DISPLAY")
+    ):
+        raise NoDisplay(
+            "no display here (DISPLAY and WAYLAND_DISPLAY are unset): pass --save FILE.rrd, then open it "
+            "with `rerun FILE.rrd` on a machine with a screen"
+        )
+    beside = Path(sys.executable).parent
+    if (beside / "rerun").exists() and str(beside) not in os.environ.get("PATH", "").split(os.pathsep):
+        os.environ["PATH"] = f"{beside}{os.pathsep}{os.environ.get('PATH', '')}"
+    recording.spawn()
+
+
 def view(config: ViewConfig) -> int:
     """Log the chosen episode; returns the number of frames logged."""
     rr = _rerun()
@@ -92,7 +115,7 @@ def view(config: ViewConfig) -> int:
     if config.save:
         recording.save(config.save)
     else:
-        recording.spawn()  # the rerun viewer, on a machine with a screen
+        spawn_viewer(recording)
     count = log_episode(recording, root, config.episode, info, frames, episodes)
     recording.flush()
     return count
@@ -111,7 +134,7 @@ class LiveView:
         if save:
             self.recording.save(save)
         else:
-            self.recording.spawn()
+            spawn_viewer(self.recording)
         self.announced: set[str] = set()
         self.observations = 0
         # Filled by the server as observations arrive, drained by the periodic log: nothing is missed

@@ -29,6 +29,7 @@ from policies.world_model.env import STARTS_FILE
 from policies.world_model.model import WorldModel, WorldModelConfig
 from protos import EnvSpec
 from protos.lerobot_dataset import DatasetError
+from trainer.configs.errors import ConfigError
 
 HORIZONS = (1, 5, 20)
 MAX_START_FRAMES = 20_000  # recorded frames an imagined episode may start from (state only)
@@ -255,11 +256,11 @@ def train_world_model(
     """Fit on ``device`` (``run.device``), validate on held-out episodes, save
     ``<run_dir>/world_model`` (CPU tensors: it loads anywhere); returns the metrics."""
     if not cfg.dataset:
-        raise ValueError("world_model needs algo.dataset, a LeRobot v3 dataset folder")
+        raise ConfigError("world_model needs algo.dataset, a LeRobot v3 dataset folder")
     try:
         data = load_episodes(cfg, spec)
     except DatasetError as exc:
-        raise ValueError(f"algo.dataset={cfg.dataset!r}: {exc}") from None
+        raise ConfigError(f"algo.dataset={cfg.dataset!r}: {exc}") from None
     device = torch.device(device)
     data = data.to(device)
     torch.manual_seed(seed)
@@ -274,7 +275,7 @@ def train_world_model(
     )
     starts = data.starts(cfg.horizon, train_episodes)
     if len(starts) == 0:
-        raise ValueError(
+        raise ConfigError(
             f"algo.dataset={cfg.dataset!r}: no training episode is longer than algo.horizon={cfg.horizon}"
         )
     optimizer = torch.optim.Adam(model.parameters(), lr=cfg.learning_rate)

@@ -20,11 +20,12 @@ import torch
 from torch import nn
 
 from policies.vla.tiny import tiny_backbone
+from protos.user_error import UserError
 
 MODEL_TYPES = ("llava", "paligemma")
 
 
-class BackboneError(ValueError):
+class BackboneError(UserError, ValueError):
     """A backbone that cannot be used, said in one line naming ``policy.vla.backbone``."""
 
 

@@ -12,6 +12,8 @@ from typing import Any
 import torch
 from torch import nn
 
+from protos.user_error import UserError
+
 
 @contextlib.contextmanager
 def empty_parameters() -> Iterator[None]:
@@ -33,7 +35,7 @@ def empty_parameters() -> Iterator[None]:
         nn.Module.register_parameter = register
 
 
-class CheckpointError(ValueError):
+class CheckpointError(UserError, ValueError):
     """A checkpoint folder that cannot be used, said in one line."""
 
 

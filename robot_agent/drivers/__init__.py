@@ -5,6 +5,7 @@ from __future__ import annotations
 import importlib
 from typing import Any
 
+from protos.user_error import UserError
 from robot_agent.config import dataclass_from_dict
 from robot_agent.drivers.base import (
     DriverCapabilities,
@@ -22,7 +23,7 @@ DRIVERS: dict[str, tuple[str, str, str]] = {
 }
 
 
-class UnknownDriverError(ValueError):
+class UnknownDriverError(UserError, ValueError):
     """No driver of that kind."""
 
 

@@ -15,11 +15,12 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from protos import EnvSpec
+from protos.user_error import UserError
 
 LABELS = ("success", "failure")
 
 
-class TeleopError(RuntimeError):
+class TeleopError(UserError, RuntimeError):
     """A teleop device cannot be opened (missing library, no device, not a terminal)."""
 
 

@@ -26,11 +26,12 @@ import numpy as np
 
 from protos import ActionSpace, CameraSpec, EnvSpec, StateField
 from protos.env_spec import BOX, INSTRUCTION_CHARSET
+from protos.user_error import UserError
 
 log = logging.getLogger(__name__)
 
 
-class AdapterError(ValueError):
+class AdapterError(UserError, ValueError):
     """An env whose spaces do not map onto the contract, said in one line."""
 
 

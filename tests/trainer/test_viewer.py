@@ -48,3 +48,13 @@ def test_view_names_a_missing_episode(tmp_path, capsys):
     recorded(tmp_path / "ds", lengths=(3,))
     assert main(["view", str(tmp_path / "ds"), "--episode", "4", "--save", str(tmp_path / "x.rrd")]) == 2
     assert "has no episode 4; it has 0..0" in capsys.readouterr().err
+
+
+def test_view_without_a_display_says_to_save_instead(tmp_path, capsys, monkeypatch):
+    recorded(tmp_path / "ds", lengths=(3,))
+    monkeypatch.delenv("DISPLAY", raising=False)
+    monkeypatch.delenv("WAYLAND_DISPLAY", raising=False)
+    monkeypatch.setattr("sys.platform", "linux")
+    assert main(["view", str(tmp_path / "ds")]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("error: no display here") and "--save FILE.rrd" in err and "\n" not in err

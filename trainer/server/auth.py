@@ -12,11 +12,12 @@ from pathlib import Path
 import grpc
 
 from protos import link_codec
+from protos.user_error import UserError
 
 log = logging.getLogger(__name__)
 
 
-class AuthConfigError(ValueError):
+class AuthConfigError(UserError, ValueError):
     """The server's auth settings are incomplete or point to missing files."""
 
 

@@ -25,6 +25,7 @@ import time
 from pathlib import Path
 
 from protos.lerobot_dataset import DatasetError
+from protos.user_error import UserError
 from trainer.server.config import ServeConfig
 from trainer.server.episode_runner import EpisodeEnd, run_episode
 from trainer.server.link_hosting import HostedLink, wait_for_robots
@@ -33,7 +34,7 @@ from trainer.server.session import RobotSession, RobotUnavailable
 log = logging.getLogger(__name__)
 
 
-class DaggerError(RuntimeError):
+class DaggerError(UserError, RuntimeError):
     """A DAgger run cannot go on (no robot, no labelled frames, a dataset that does not fit)."""
 
 
