@@ -229,10 +229,19 @@ class LinkClient:
             raise LinkRefused(f"TLS with {self.config.server} failed: {_tls_reason(details)}")
 
     async def _raise_if_tls_fails(self, code: grpc.StatusCode) -> None:
-        """Before a welcome, an UNAVAILABLE under TLS may hide a certificate problem: probe once."""
-        if self._welcomed or self.config.insecure or code != grpc.StatusCode.UNAVAILABLE:
+        """Before a welcome, an UNAVAILABLE may hide a certificate problem under TLS, or a TLS trainer
+        dialled without TLS: probe once."""
+        if self._welcomed or code != grpc.StatusCode.UNAVAILABLE:
             return
-        from robot_agent.tls_probe import tls_failure
+        from robot_agent.tls_probe import speaks_tls, tls_failure
+
+        if self.config.insecure:
+            if await asyncio.to_thread(speaks_tls, self.config):
+                raise LinkRefused(
+                    f"the trainer at {self.config.server} speaks TLS and this agent dials without it "
+                    "(--insecure): drop --insecure and pass --tls-ca (and the token or client certificate)"
+                )
+            return
 
         reason = await asyncio.to_thread(tls_failure, self.config)
         if reason is not None:

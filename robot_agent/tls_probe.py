@@ -43,3 +43,21 @@ def tls_failure(config: LinkConfig, timeout_s: float = 2.0) -> str | None:
     except OSError:
         return None  # not reachable (yet): an ordinary link loss
     return None
+
+
+def speaks_tls(config: LinkConfig, timeout_s: float = 2.0) -> bool:
+    """Whether the trainer at ``config.server`` answers a TLS handshake (certificates not checked):
+    an agent that dials it without TLS only ever hears "Socket closed"."""
+    host, _, port = config.server.rpartition(":")
+    context = ssl.create_default_context()
+    context.check_hostname = False
+    context.verify_mode = ssl.CERT_NONE
+    context.set_alpn_protocols(["h2"])
+    try:
+        with (
+            socket.create_connection((host.strip("[]"), int(port)), timeout=timeout_s) as raw,
+            context.wrap_socket(raw, server_hostname=host.strip("[]")),
+        ):
+            return True
+    except (OSError, ValueError):  # ssl.SSLError is an OSError: a plaintext server, or none
+        return False

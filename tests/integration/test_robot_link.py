@@ -136,6 +136,33 @@ def test_an_expired_certificate_or_a_wrong_ca_stops_the_agent_with_one_line(tmp_
         server.stop()
 
 
+def test_an_agent_without_tls_dialling_a_tls_trainer_stops_with_a_hint(tmp_path, pki):
+    server = start_server(tls_auth(pki))
+    plain = start_agent(server.server.port, tmp_path / "a", robot_id="robot-0", token="s3cret", insecure=True)
+    try:
+        plain.join(30)
+        assert not plain.is_alive(), "the agent kept retrying 'Socket closed'"
+        assert isinstance(plain.error, LinkRefused) and "speaks TLS" in str(plain.error), plain.error
+        assert "drop --insecure" in str(plain.error) and "\n" not in str(plain.error)
+    finally:
+        plain.stop()
+        server.stop()
+
+
+def test_a_plaintext_trainer_down_is_not_mistaken_for_tls(tmp_path):
+    """The probe behind that hint says "no TLS" for a plaintext trainer and for none at all."""
+    from robot_agent.config import LinkConfig
+    from robot_agent.tls_probe import speaks_tls
+    from tests.integration.test_serve import free_port
+
+    server = start_server()
+    try:
+        assert not speaks_tls(LinkConfig(server=f"127.0.0.1:{server.server.port}", insecure=True))
+    finally:
+        server.stop()
+    assert not speaks_tls(LinkConfig(server=f"127.0.0.1:{free_port()}", insecure=True))
+
+
 def test_killed_server_puts_the_robot_in_hold_and_the_spool_is_replayed(tmp_path):
     server = start_server()
     port = server.server.port
