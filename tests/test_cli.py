@@ -47,7 +47,10 @@ def test_train_bad_input_is_one_line(tmp_path, capsys):
         (["env.kwargs.cameras=[top]", f"run.output_dir={tmp_path / 'b'}"], "unknown camera 'top'"),
         (["--config", "nope"], "unknown config 'nope'"),
         (["--resume", str(tmp_path / "missing")], "not a run directory"),
+        # An output folder that cannot be made: refused before the envs are built, not at mkdir.
+        ([f"run.output_dir={tmp_path / 'file' / 'run'}"], "is not a folder, so"),
     ]
+    (tmp_path / "file").write_text("not a folder")
     # The installed console script once, as a user runs it; the other cases in this process (each
     # interpreter start costs about 1.5 s of imports).
     result = run_cli("rlinf-trainer", "train", *cases[0][0])
@@ -122,6 +125,33 @@ def test_a_bug_keeps_its_traceback_and_a_user_error_is_one_line(monkeypatch, cap
     monkeypatch.setattr(cli, "build_parser", patched(ValueError("an internal bug")))
     with pytest.raises(ValueError, match="an internal bug"):
         cli.main(["rollout"])
+
+
+def test_serve_with_an_unwritable_record_dir_or_log_dir_is_one_line_at_start(tmp_path):
+    (tmp_path / "file").write_text("not a folder")
+    for key in ("data.record_dir", "log_dir"):
+        other = "log_dir" if key == "data.record_dir" else "data.record_dir"
+        result = run_cli("rlinf-trainer", "serve", "--insecure", "server.host=127.0.0.1", "server.port=0",
+                         f"{key}={tmp_path / 'file' / 'x'}", f"{other}={tmp_path / other}")  # fmt: skip
+        last = result.stderr.strip().splitlines()[-1]
+        assert result.returncode == 2 and "Traceback" not in result.stderr, result.stderr[-500:]
+        assert last.startswith(f"error: {key}={tmp_path / 'file' / 'x'}: ") and "is not a folder" in last, last
+
+
+def test_an_unwritable_folder_is_named_with_the_folder_in_the_way(tmp_path, monkeypatch):
+    from trainer.configs import paths
+    from trainer.configs.errors import ConfigError
+
+    paths.require_writable_dir(tmp_path / "new" / "deeper", "run.output_dir")  # makes nothing, refuses nothing
+    assert not (tmp_path / "new").exists()
+    # Permissions as a non-root user meets them (root passes every permission check).
+    locked = tmp_path / "locked"
+    locked.mkdir()
+    monkeypatch.setattr(paths.os, "access", lambda path, mode: Path(path) != locked)
+    with pytest.raises(ConfigError, match=r"run.output_dir=.*locked, on its way, is not writable"):
+        paths.require_writable_dir(locked / "run", "run.output_dir")
+    with pytest.raises(ConfigError, match=r"run.output_dir=.*locked: it is not writable"):
+        paths.require_writable_dir(locked, "run.output_dir")
 
 
 def test_serve_on_a_port_in_use_is_one_line(tmp_path):

@@ -31,6 +31,7 @@ from trainer.checkpoint import (
 )
 from trainer.configs import TrainConfig, save_config
 from trainer.configs.loader import ConfigError, algorithm_config
+from trainer.configs.paths import require_writable_dir
 from trainer.configs.schema import EnvConfig
 from trainer.devices import resolve_device
 from trainer.evaluation import evaluate_policy
@@ -162,6 +163,7 @@ class Runner:
 
     def run(self) -> Progress:
         cfg = self.config
+        require_writable_dir(self.run_dir, "run.output_dir")  # before minutes of work are lost
         venv, policy, algorithm = self._build()  # bad input fails here, before a run directory exists
         self.run_dir.mkdir(parents=True, exist_ok=True)
         print(f"run directory: {self.run_dir}")

@@ -7,6 +7,7 @@ from pathlib import Path
 
 from protos.lerobot_dataset import VideoFormat
 from trainer.configs.loader import ConfigError, load_structured
+from trainer.configs.paths import require_writable_dir
 from trainer.server.frame_decoder import FRAME_DECODE_DEVICES
 from trainer.server.link_budgets import LinkLimits
 
@@ -242,6 +243,8 @@ def load_serve_config(path: str | None, overrides: list[str] | None = None) -> S
         raise ConfigError(f"collect.policy must be one of {COLLECT_POLICIES}, got {config.collect.policy!r}")
     if not config.data.record_dir:
         raise ConfigError("data.record_dir must name the dataset folder")
+    require_writable_dir(config.data.record_dir, "data.record_dir")  # not at the first episode's store
+    require_writable_dir(config.log_dir, "log_dir")
     config.server.link_limits()  # its one-line errors now, not when the link starts
     run_features(config.data)
     return config
