@@ -135,14 +135,18 @@ def test_serve_with_an_unwritable_record_dir_or_log_dir_is_one_line_at_start(tmp
                          f"{key}={tmp_path / 'file' / 'x'}", f"{other}={tmp_path / other}")  # fmt: skip
         last = result.stderr.strip().splitlines()[-1]
         assert result.returncode == 2 and "Traceback" not in result.stderr, result.stderr[-500:]
-        assert last.startswith(f"error: {key}={tmp_path / 'file' / 'x'}: ") and "is not a folder" in last, last
+        assert last.startswith(f"error: {key}={tmp_path / 'file' / 'x'}: ") and "is not a folder" in last, (
+            last
+        )
 
 
 def test_an_unwritable_folder_is_named_with_the_folder_in_the_way(tmp_path, monkeypatch):
     from trainer.configs import paths
     from trainer.configs.errors import ConfigError
 
-    paths.require_writable_dir(tmp_path / "new" / "deeper", "run.output_dir")  # makes nothing, refuses nothing
+    paths.require_writable_dir(
+        tmp_path / "new" / "deeper", "run.output_dir"
+    )  # makes nothing, refuses nothing
     assert not (tmp_path / "new").exists()
     # Permissions as a non-root user meets them (root passes every permission check).
     locked = tmp_path / "locked"

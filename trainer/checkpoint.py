@@ -24,6 +24,7 @@ from trainer.devices import to_cpu
 
 CHECKPOINT_DIR = "checkpoints"
 POLICY_DIR = "policy"  # Policy.save's folder inside a checkpoint
+LATEST = "latest"  # checkpoints/latest: a link to the newest step_<N>, a path that stays the same
 
 
 @dataclass
@@ -59,7 +60,16 @@ def save_checkpoint(run_dir: Path, progress: Progress, policy: Policy, algorithm
         algorithm.save_buffers(tmp)
     (tmp / "progress.json").write_text(json.dumps(asdict(progress)))
     commit_folder(tmp, final)
+    point_link(root / LATEST, final.name)
     return final
+
+
+def point_link(link: Path, target: str) -> None:
+    """Make ``link`` a relative symlink to ``target``, replaced in one step (never missing)."""
+    staging = link.with_name(f".{link.name}.tmp")
+    staging.unlink(missing_ok=True)
+    staging.symlink_to(target)
+    staging.replace(link)
 
 
 def list_checkpoints(run_dir: Path) -> list[Path]:

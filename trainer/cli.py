@@ -46,7 +46,9 @@ def _train(args: argparse.Namespace) -> int:
     except Stopped as stopped:
         return 128 + stopped.signal
     print(
-        f"done: {progress.iteration} iterations, {progress.env_steps} env steps in {progress.wall_s:.0f} s; outputs in {runner.run_dir}"
+        f"done: {progress.iteration} iterations, {progress.env_steps} env steps in {progress.wall_s:.0f} s; outputs in "
+        f"{runner.run_dir} (learning_curve.png; policy in checkpoints/latest/policy; TensorBoard: "
+        f"tensorboard --logdir {runner.run_dir / 'tensorboard'})"
     )
     return 0
 

@@ -23,9 +23,11 @@ from protos.atomic_files import write_atomic
 from sim_envs.registry import VECTOR_SUITE_IDS
 from trainer.algorithms.registry import algorithm_class
 from trainer.checkpoint import (
+    LATEST,
     Progress,
     latest_checkpoint,
     load_checkpoint,
+    point_link,
     prune_checkpoints,
     save_checkpoint,
 )
@@ -35,6 +37,7 @@ from trainer.configs.paths import require_writable_dir
 from trainer.configs.schema import EnvConfig
 from trainer.devices import resolve_device
 from trainer.evaluation import evaluate_policy
+from trainer.learning_curve import plot_learning_curve
 from trainer.run_logging import RunLogger, truncate_metrics
 
 CONFIG_FILE = "config.yaml"
@@ -113,6 +116,7 @@ class Runner:
     def __init__(
         self, config: TrainConfig, resume_dir: Path | None = None, make_envs: Callable | None = None
     ) -> None:
+        self.default_named = resume_dir is None and not config.run.output_dir  # runs/<algo>-<env>-<time>
         if resume_dir is None:
             output_dir = Path(config.run.output_dir) if config.run.output_dir else default_output_dir(config)
             if latest_checkpoint(output_dir) is not None:
@@ -166,6 +170,8 @@ class Runner:
         require_writable_dir(self.run_dir, "run.output_dir")  # before minutes of work are lost
         venv, policy, algorithm = self._build()  # bad input fails here, before a run directory exists
         self.run_dir.mkdir(parents=True, exist_ok=True)
+        if self.default_named:  # runs/latest: the newest default-named run, a path that stays the same
+            point_link(self.run_dir.parent / LATEST, self.run_dir.name)
         print(f"run directory: {self.run_dir}")
         save_config(cfg, self.run_dir / CONFIG_FILE)
         if hasattr(venv, "started_on"):  # on Ray: where each role's workers started, for a multi-node check
@@ -202,18 +208,21 @@ class Runner:
                 if progress.iteration % cfg.run.checkpoint_every == 0:
                     save_checkpoint(self.run_dir, progress, policy, algorithm)
                     prune_checkpoints(self.run_dir, cfg.run.keep_checkpoints)
+                    plot_learning_curve(self.run_dir)
                     saved_at = progress.iteration
         except KeyboardInterrupt:
             logger.close()
             if progress.iteration > saved_at:
                 path = save_checkpoint(self.run_dir, progress, policy, algorithm)
                 print(f"\ninterrupted: saved {path}; continue with {self.resume_hint}")
+            plot_learning_curve(self.run_dir)
             venv.close()
             raise
         if progress.iteration > saved_at:
             save_checkpoint(self.run_dir, progress, policy, algorithm)
             prune_checkpoints(self.run_dir, cfg.run.keep_checkpoints)
         logger.close()
+        plot_learning_curve(self.run_dir)
         venv.close()
         if cfg.run.final_eval_episodes > 0:
             self._final_evaluation(policy, progress)

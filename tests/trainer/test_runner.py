@@ -48,7 +48,12 @@ def test_a_short_run_writes_metrics_tensorboard_checkpoints_and_video(tmp_path):
     assert list((tmp_path / "tensorboard").glob("events.out.tfevents.*"))
     assert latest_checkpoint(tmp_path).name == "step_800"
     assert (tmp_path / "checkpoints" / "step_800" / "policy").exists()
-    assert sorted(p.name for p in (tmp_path / "checkpoints").iterdir()) == ["step_600", "step_800"]
+    assert sorted(p.name for p in (tmp_path / "checkpoints").iterdir()) == ["latest", "step_600", "step_800"]
+    assert (tmp_path / "checkpoints" / "latest").resolve() == (
+        tmp_path / "checkpoints" / "step_800"
+    ).resolve()
+    assert (tmp_path / "learning_curve.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert not (tmp_path.parent / "latest").exists()  # runs/latest is for default-named runs only
     assert (tmp_path / "videos" / "step_400.gif").stat().st_size > 1000
     assert (tmp_path / "config.yaml").exists()
     # A completed run ends with greedy episodes on held-out seeds, and a GIF of one of them.
@@ -197,7 +202,7 @@ def test_the_final_checkpoint_counts_against_keep_checkpoints(tmp_path):
         None, [*SMALL, f"run.output_dir={tmp_path}", "run.total_env_steps=1000", "run.eval_every=0"]
     )
     Runner(config).run()  # saves at iterations 2 and 4, and the final one at 5
-    assert sorted(p.name for p in (tmp_path / "checkpoints").iterdir()) == ["step_1000", "step_800"]
+    assert sorted(p.name for p in (tmp_path / "checkpoints").iterdir()) == ["latest", "step_1000", "step_800"]
 
 
 def test_an_insecure_server_listens_on_loopback_unless_told_otherwise():
