@@ -287,7 +287,7 @@ EVAL_POLICIES = {
 
 
 @pytest.mark.parametrize("kind", sorted(EVAL_POLICIES))
-def test_eval_mode_runs_a_saved_policy_and_reports_success_statistics(tmp_path, kind):
+def test_eval_mode_runs_a_saved_policy_and_reports_success_statistics(tmp_path, kind, capsys):
     from policies.config import PolicyConfig
     from policies.factory import make_policy
     from robot_agent.drivers import make_driver
@@ -301,7 +301,7 @@ def test_eval_mode_runs_a_saved_policy_and_reports_success_statistics(tmp_path, 
     path = tmp_path / "policy"
     policy.save(path)
     served = ServeThread(
-        tmp_path, "server.mode=eval", f"eval.policy_path={path}", "eval.episodes_per_robot=3"
+        tmp_path, "server.mode=eval", f"eval.policy_path={path}", "eval.episodes_per_robot=3", "eval.robots=2"
     )
     robots = ("twin-0", "twin-1")
     agents = [start_agent(served.server.port, tmp_path / r, robot_id=r, driver=twin) for r in robots]
@@ -313,13 +313,19 @@ def test_eval_mode_runs_a_saved_policy_and_reports_success_statistics(tmp_path, 
 
     try:
         wait_until(evaluated, timeout=120, what="three evaluated episodes on each robot")
+        # Both robots (eval.robots=2) have played their episodes: serve ends by itself, with the results.
+        served._thread.join(30)
+        assert not served._thread.is_alive(), "serve kept serving after eval.robots were done"
     finally:
         for agent in agents:
             agent.stop()
         served.stop()
+    printed = capsys.readouterr().out
     for robot in robots:
         record = json.loads(results.read_text())["robots"][robot]
         assert record["success_rate"] == record["successes"] / 3
+        assert f"eval {robot}: {record['successes']}/3 successes" in printed, printed
+    assert f"results in {results}" in printed
     _, episodes, frames = dataset(tmp_path / "ds")  # eval episodes are recorded too
     assert len(episodes) == 6 and len(frames) == 120
     # Each robot has reset seeds of its own: the six episodes start from six different targets.
@@ -339,6 +345,7 @@ def test_bad_serve_configs_fail_at_start_with_the_key():
         (["collect.policy=dance"], "collect.policy must be one of"),
         (["server.frame_decode=tpu"], "server.frame_decode must be one of"),
         (["server.prot=1"], "server.prot"),
+        (["eval.robots=-1"], "eval.robots must be >= 0"),
     ]:
         with pytest.raises(ConfigError, match=message):
             load_serve_config(None, overrides)

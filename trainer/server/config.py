@@ -107,6 +107,9 @@ class EvalSection:
 
     policy_path: str = ""
     episodes_per_robot: int = 10
+    # Serve prints the results and exits once this many robots have played their episodes (0: keep
+    # serving until stopped, evaluating every robot that connects).
+    robots: int = 1
     greedy: bool = True
     results_file: str = ""  # default: <log_dir>/eval.json
 
@@ -236,6 +239,11 @@ def load_serve_config(path: str | None, overrides: list[str] | None = None) -> S
     if config.server.mode == "eval" and not is_saved_policy(config.eval.policy_path):
         raise ConfigError(
             f"server.mode=eval needs eval.policy_path, a saved policy (Policy.save's folder); got {config.eval.policy_path!r}"
+        )
+    if config.eval.robots < 0 or config.eval.episodes_per_robot < 1:
+        raise ConfigError(
+            f"eval.robots must be >= 0 (0: keep serving) and eval.episodes_per_robot >= 1; got "
+            f"{config.eval.robots} and {config.eval.episodes_per_robot}"
         )
     if config.server.mode == "dagger":
         check_dagger(config)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from collections.abc import Callable
 from pathlib import Path
 
 from protos import robot_link_pb2 as pb
@@ -22,18 +23,30 @@ EVAL_SEED_STRIDE = 100_000
 class Evaluation:
     """Runs a fixed policy on each robot and keeps per-robot success statistics in a JSON file."""
 
-    def __init__(self, policy_path: str, episodes_per_robot: int, greedy: bool, path: Path) -> None:
+    def __init__(
+        self,
+        policy_path: str,
+        episodes_per_robot: int,
+        greedy: bool,
+        path: Path,
+        robots: int = 0,
+        on_finished: Callable[[], None] | None = None,
+    ) -> None:
+        """``on_finished()`` is called once ``robots`` robots have played all their episodes (0: never)."""
         from policies.factory import load_policy
 
         self.policy_path, self.episodes_per_robot, self.path = policy_path, episodes_per_robot, path
         self.driver = PolicyDriver(load_policy(policy_path), greedy, checkpoint_version(policy_path))
         self.results: dict[str, dict] = {}
+        self.robots, self.on_finished = robots, on_finished
+        self.finished: list[str] = []  # robots that played all their episodes, in order
 
     @classmethod
-    def from_config(cls, config: ServeConfig) -> Evaluation:
+    def from_config(cls, config: ServeConfig, on_finished: Callable[[], None] | None = None) -> Evaluation:
         """``eval`` mode's evaluation: ``eval.*``, results in ``eval.results_file`` or ``<log_dir>/eval.json``."""
         path = Path(config.eval.results_file or Path(config.log_dir) / "eval.json")
-        return cls(config.eval.policy_path, config.eval.episodes_per_robot, config.eval.greedy, path)
+        eval_ = config.eval
+        return cls(eval_.policy_path, eval_.episodes_per_robot, eval_.greedy, path, eval_.robots, on_finished)
 
     def episode_seed(self, robot_id: str) -> int:
         """The reset seed of ``robot_id``'s next episode (see ``EVAL_SEED_STRIDE``)."""
@@ -68,6 +81,23 @@ class Evaluation:
             record["success_rate"] = record["successes"] / record["episodes"]
             self._write()
             log.info("eval %s: %d/%d successes", session.robot_id, record["successes"], record["episodes"])
+        if (
+            record["episodes"] + record["aborted"] >= self.episodes_per_robot
+            and session.robot_id not in self.finished
+        ):
+            self.finished.append(session.robot_id)
+            if self.robots and len(self.finished) == self.robots and self.on_finished is not None:
+                self.on_finished()
+
+    def summary(self) -> list[str]:
+        """One line per evaluated robot, then where the results are."""
+        lines = [
+            f"eval {robot}: {r['successes']}/{r['episodes']} successes"
+            + (f" ({r['success_rate']:.2f})" if r["episodes"] else "")
+            + (f", {r['aborted']} aborted" if r["aborted"] else "")
+            for robot, r in self.results.items()
+        ]
+        return [*(lines or ["eval: no robot was evaluated"]), f"results in {self.path}"]
 
     def _write(self) -> None:
         import json

@@ -30,8 +30,9 @@ def serve(config: ServeConfig, stop: threading.Event, on_started=None) -> LinkSe
     """``collect`` or ``eval`` until ``stop`` is set; returns the (stopped) server.
     ``on_started(server)`` once it listens."""
     hosted: HostedLink
+    evaluation = None
     if config.server.mode == "eval":
-        evaluation = Evaluation.from_config(config)
+        evaluation = Evaluation.from_config(config, on_finished=stop.set)  # eval.robots done: exit
         on_session = lambda session: evaluation.run(session, hosted.stop_event)  # noqa: E731
     else:
         seeds = episode_seeds(config)
@@ -42,6 +43,9 @@ def serve(config: ServeConfig, stop: threading.Event, on_started=None) -> LinkSe
         hosted.spawn(Console(hosted.server, config.log_dir).run(hosted.stop_event))
         while not stop.wait(0.5):
             pass
+    if evaluation is not None:
+        for line in evaluation.summary():
+            print(line, flush=True)
     return hosted.server
 
 
