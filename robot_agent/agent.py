@@ -4,14 +4,13 @@ from __future__ import annotations
 
 import asyncio
 import threading
-from pathlib import Path
 
 from robot_agent.config import AgentConfig
 from robot_agent.control_loop import ControlLoop
 from robot_agent.core_wake import IdleCoreSpinners, IdleStateLimit
 from robot_agent.drivers.base import RobotDriver
 from robot_agent.link import LinkClient
-from robot_agent.spool import EpisodeSpool
+from robot_agent.spool import EpisodeSpool, spool_folder
 
 
 class Agent:
@@ -21,7 +20,7 @@ class Agent:
         self, driver: RobotDriver, config: AgentConfig, robot_kind: str | None = None, teleop=None
     ) -> None:
         self.driver, self.config = driver, config
-        self.spool = EpisodeSpool(Path(config.spool_dir).expanduser() / config.robot_id)
+        self.spool = EpisodeSpool(spool_folder(config.spool_dir, config.link.server, config.robot_id))
         self.control = ControlLoop(driver, config, self.spool, send=self._send, teleop=teleop)
         self.link = LinkClient(
             config.link, self.control, self.spool, config.robot_id, robot_kind or driver.kind

@@ -19,11 +19,14 @@ from __future__ import annotations
 import argparse
 import asyncio
 import logging
+import re
 import signal
+import socket
 import sys
 from pathlib import Path
 from typing import Any
 
+from protos.field_limits import MAX_ROBOT_ID_CHARS
 from robot_agent.config import AgentConfig, AgentConfigError, dataclass_from_dict, load_config_file
 
 EXIT_REFUSED = 3
@@ -87,12 +90,21 @@ def agent_config_from_args(args: argparse.Namespace, file_data: dict[str, Any]) 
     agent = dict(file_data.get("agent", {}))
     if args.robot_id:
         agent["robot_id"] = args.robot_id
+    elif "robot_id" not in agent:  # one id per machine and driver, the same at every start
+        agent["robot_id"] = default_robot_id(args.robot)
     if args.spool_dir:
         agent["spool_dir"] = args.spool_dir
     agent["safety"] = dict(file_data.get("safety", {}))
     if args.command == "connect":
         agent["link"] = link_section_from_args(args, dict(file_data.get("link", {})))
     return dataclass_from_dict(AgentConfig, agent, where="agent config")
+
+
+def default_robot_id(robot_kind: str) -> str:
+    """This host's name and the driver (``labpc-3-franka``), in the robot id's character set: no
+    two machines share an id by default, and a restart finds its own spool again."""
+    host = re.sub(r"[^A-Za-z0-9._-]", "-", socket.gethostname().split(".")[0]).strip("-._") or "robot"
+    return f"{host}-{robot_kind}"[:MAX_ROBOT_ID_CHARS]
 
 
 def link_section_from_args(args: argparse.Namespace, link: dict[str, Any]) -> dict[str, Any]:
@@ -139,6 +151,7 @@ def connect(args: argparse.Namespace) -> int:
         return 2
     if config.link.insecure:
         print("rlinf-robot: WARNING: --insecure: no TLS and no token on the robot link", file=sys.stderr)
+    print(f"rlinf-robot: robot id {config.robot_id!r}", file=sys.stderr)
     try:
         agent = Agent(driver, config, robot_kind=args.robot, teleop=teleop)
     except OSError as exc:

@@ -26,6 +26,14 @@ _LENGTH = struct.Struct("<I")
 _SAFE_ID = re.compile(r"^[A-Za-z0-9_.-]{1,128}$")
 
 
+def spool_folder(spool_dir: str | Path, server: str, robot_id: str) -> Path:
+    """Where a robot's unsent episodes wait: one folder per trainer address and robot id, so an
+    episode recorded for one trainer is never uploaded to another (``127.0.0.1:50051`` ->
+    ``127.0.0.1_50051``)."""
+    trainer = re.sub(r"[^A-Za-z0-9._-]", "_", server) or "trainer"
+    return Path(spool_dir).expanduser() / trainer / robot_id
+
+
 class EpisodeSpool:
     """Append-only episode files; one writer (the control loop), readers after an episode ends."""
 

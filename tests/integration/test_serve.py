@@ -262,7 +262,11 @@ def test_a_killed_agent_is_aborted_the_other_continues_and_its_spool_replays_onc
         wait_until(
             lambda: served.server.sessions["victim"].state != "disconnected", timeout=60, what="the restart"
         )
-        wait_until(lambda: not list((tmp_path / "spool" / "victim").glob("*/end.bin")), timeout=60,
+        spooled = (
+            tmp_path / "spool" / f"127.0.0.1_{served.server.port}" / "victim"
+        )  # the spool of this trainer
+        assert spooled.is_dir()
+        wait_until(lambda: not list(spooled.glob("*/end.bin")), timeout=60,
                    what="the victim's spool to drain")  # fmt: skip
     finally:
         victim.kill()

@@ -137,7 +137,8 @@ def test_connect_registers_runs_and_stops_on_sigterm(tmp_path):
     assert proc.returncode == 0, stderr
     assert "WARNING: --insecure" in stderr
     assert "1 episode(s) wait in" in stderr
-    assert len(list((tmp_path / "spool" / "cli-twin").glob("*/end.bin"))) == 1
+    trainer = f"127.0.0.1_{server.server.port}"  # one spool per trainer address
+    assert len(list((tmp_path / "spool" / trainer / "cli-twin").glob("*/end.bin"))) == 1
 
 
 def test_toml_robot_configs_load_without_tomllib_as_on_python_3_10(tmp_path, monkeypatch):
@@ -147,3 +148,26 @@ def test_toml_robot_configs_load_without_tomllib_as_on_python_3_10(tmp_path, mon
     config.write_text("[safety]\nmax_translation_m = 0.02\n")
     monkeypatch.setitem(sys.modules, "tomllib", None)  # import tomllib raises ImportError, as on 3.10
     assert load_config_file(config) == {"safety": {"max_translation_m": 0.02}}
+
+
+def test_an_agent_without_a_robot_id_takes_its_hosts_name_and_driver(monkeypatch):
+    import socket
+
+    from robot_agent.cli import agent_config_from_args, build_parser
+    from robot_agent.spool import spool_folder
+
+    monkeypatch.setattr(socket, "gethostname", lambda: "Lab PC#3.example.org")
+    args = build_parser().parse_args(
+        ["connect", "--server", "10.0.0.5:50051", "--robot", "sim-twin", "--insecure"]
+    )
+    assert agent_config_from_args(args, {}).robot_id == "Lab-PC-3-sim-twin"
+    assert agent_config_from_args(args, {"agent": {"robot_id": "left-arm"}}).robot_id == "left-arm"
+    named = build_parser().parse_args(
+        ["connect", "--server", "h:1", "--robot", "sim-twin", "--robot-id", "r2", "--insecure"]
+    )
+    assert agent_config_from_args(named, {}).robot_id == "r2"
+    monkeypatch.setattr(socket, "gethostname", lambda: "...")
+    assert agent_config_from_args(args, {}).robot_id == "robot-sim-twin"
+    # Two trainers, two spools: an episode recorded for one is never uploaded to the other.
+    assert spool_folder("/s", "10.0.0.5:50051", "r") != spool_folder("/s", "10.0.0.6:50051", "r")
+    assert spool_folder("/s", "[::1]:50051", "r").parent.name == "___1__50051"
