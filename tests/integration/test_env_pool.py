@@ -280,3 +280,23 @@ def test_a_pool_step_that_outlasts_the_robots_tick_is_counted_in_missed_ticks(tm
     assert late["slow"] >= 1.0 and late["fast"] < 0.5, late
     warnings = [r.getMessage() for r in caplog.records if "held" in r.getMessage()]
     assert len(warnings) == 1 and "robot twin held" in warnings[0] and "env.num_envs" in warnings[0]
+
+
+def test_a_robot_that_does_not_fit_the_pool_is_told_why_and_stops(tmp_path):
+    from robot_agent.link import LinkRefused
+
+    server = start_server()
+    sim = sim_envs.make_vector("rlinf/FrankaReach-v0", 1, backend="inline", **SIM)
+    pool = EnvPool(sim, server.server, server.loop)
+    misfit = start_agent(server.server.port, tmp_path, robot_id="one-camera", driver={**TWIN, "cameras": ["front"]})
+    try:
+        wait_until(lambda: "one-camera" in server.server.sessions, what="the robot")
+        assert pool.refresh() == [] and pool.num_envs == 1
+        misfit.join(30)
+        assert not misfit.is_alive(), "the robot kept holding, never told why"
+        assert isinstance(misfit.error, LinkRefused), misfit.error
+        assert "FAILED_PRECONDITION: training: robot one-camera lacks cameras ['wrist']" in str(misfit.error)
+    finally:
+        misfit.stop()
+        pool.close()
+        server.stop()

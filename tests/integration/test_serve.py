@@ -340,6 +340,28 @@ def test_eval_mode_runs_a_saved_policy_and_reports_success_statistics(tmp_path, 
     assert np.abs(executed).max() <= 1.0 and executed.std() > 0
 
 
+def test_eval_tells_a_robot_its_policy_does_not_fit_and_the_robot_stops(tmp_path):
+    from policies.config import PolicyConfig
+    from policies.factory import make_policy
+    from robot_agent.drivers import make_driver
+    from robot_agent.link import LinkRefused
+
+    reach = {"task": "reach", **SHORT}
+    driver = make_driver("sim-twin", reach)
+    make_policy(driver.spec, PolicyConfig(kind="mlp", hidden_sizes=(8,))).save(tmp_path / "policy")
+    driver.close()
+    served = ServeThread(tmp_path, "server.mode=eval", f"eval.policy_path={tmp_path / 'policy'}")
+    pusher = start_agent(served.server.port, tmp_path / "spool", robot_id="pusher", driver={**SHORT, "task": "push"})
+    try:
+        pusher.join(30)
+        assert not pusher.is_alive(), "the robot kept holding, never told why"
+        assert isinstance(pusher.error, LinkRefused), pusher.error
+        assert "FAILED_PRECONDITION: eval: the policy does not fit: " in str(pusher.error)
+    finally:
+        pusher.stop()
+        served.stop()
+
+
 def test_bad_serve_configs_fail_at_start_with_the_key():
     from trainer.configs.errors import ConfigError
 

@@ -77,7 +77,7 @@ class EnvPool:
         self.decoder = make_frame_decoder(frame_decode)  # robots' frames: GPU (nvJPEG) or CPU threads
         self.robot_threads = ThreadPoolExecutor(8, thread_name_prefix="robot-step")
         self.robots: list[_RobotSlot] = []
-        self._refused: dict[str, str] = {}
+        self._refused: dict[str, object] = {}  # robot id -> the session refused (each is told once)
         self._robot_seed = seed * 1_000_003 + 500_000  # robots reset from their own seed stream
 
     # -- what the algorithms see ----------------------------------------------------------------
@@ -122,9 +122,11 @@ class EnvPool:
                 continue
             problem = spec_mismatch(self.spec, session.spec, f"robot {robot_id}")
             if problem:
-                if self._refused.get(robot_id) != problem:
+                if self._refused.get(robot_id) is not session:
                     log.error("not training on robot %s: %s", robot_id, problem)
-                self._refused[robot_id] = problem
+                    # The agent hears why, instead of holding forever.
+                    asyncio.run_coroutine_threadsafe(session.refuse(f"training: {problem}"), self.loop)
+                self._refused[robot_id] = session
                 continue
             env = RemoteRobotEnv(self.server, self.loop, robot_id, self.decoder, self.step_timeout_s)
             slot = _RobotSlot(env, rewards=self.make_rewards())

@@ -57,6 +57,7 @@ class Evaluation:
         problem = self.driver.incompatibility(session)
         if problem:
             log.error("eval: %s; not driving it", problem)
+            await session.refuse(f"eval: {problem}")  # the agent hears why, instead of holding forever
             return
         record = self.results.setdefault(session.robot_id, {"episodes": 0, "successes": 0, "aborted": 0})
         while not stop.is_set() and record["episodes"] + record["aborted"] < self.episodes_per_robot:

@@ -11,6 +11,7 @@ from collections import Counter, deque
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
+import grpc
 import numpy as np
 
 from protos import link_codec
@@ -199,6 +200,12 @@ class RobotSession:
         """Every buffered observation with ``seq > after_seq``, oldest first (waits for at least one)."""
         await self.next_observation(after_seq, timeout)
         return [obs for obs in self.recent if obs.seq > after_seq]
+
+    async def refuse(self, reason: str) -> None:
+        """End the session telling the agent why this trainer will not drive it (a spec that does not
+        fit): the agent prints the reason and stops, as reconnecting the same robot cannot help."""
+        self.close_status = (grpc.StatusCode.FAILED_PRECONDITION, reason)
+        await self.close()
 
     async def close(self) -> None:
         """End the session and free what it buffered (the newest observation stays, for inspection)."""
