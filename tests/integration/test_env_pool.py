@@ -288,7 +288,9 @@ def test_a_robot_that_does_not_fit_the_pool_is_told_why_and_stops(tmp_path):
     server = start_server()
     sim = sim_envs.make_vector("rlinf/FrankaReach-v0", 1, backend="inline", **SIM)
     pool = EnvPool(sim, server.server, server.loop)
-    misfit = start_agent(server.server.port, tmp_path, robot_id="one-camera", driver={**TWIN, "cameras": ["front"]})
+    misfit = start_agent(
+        server.server.port, tmp_path, robot_id="one-camera", driver={**TWIN, "cameras": ["front"]}
+    )
     try:
         wait_until(lambda: "one-camera" in server.server.sessions, what="the robot")
         assert pool.refresh() == [] and pool.num_envs == 1

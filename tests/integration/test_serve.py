@@ -351,7 +351,9 @@ def test_eval_tells_a_robot_its_policy_does_not_fit_and_the_robot_stops(tmp_path
     make_policy(driver.spec, PolicyConfig(kind="mlp", hidden_sizes=(8,))).save(tmp_path / "policy")
     driver.close()
     served = ServeThread(tmp_path, "server.mode=eval", f"eval.policy_path={tmp_path / 'policy'}")
-    pusher = start_agent(served.server.port, tmp_path / "spool", robot_id="pusher", driver={**SHORT, "task": "push"})
+    pusher = start_agent(
+        served.server.port, tmp_path / "spool", robot_id="pusher", driver={**SHORT, "task": "push"}
+    )
     try:
         pusher.join(30)
         assert not pusher.is_alive(), "the robot kept holding, never told why"
@@ -359,6 +361,33 @@ def test_eval_tells_a_robot_its_policy_does_not_fit_and_the_robot_stops(tmp_path
         assert "FAILED_PRECONDITION: eval: the policy does not fit: " in str(pusher.error)
     finally:
         pusher.stop()
+        served.stop()
+
+
+def test_a_dataset_that_cannot_be_written_stops_the_robots_once_and_their_episodes_stay_spooled(tmp_path):
+    import shutil
+
+    from robot_agent.link import LinkRefused
+
+    served = ServeThread(tmp_path, "collect.episodes_per_robot=1")
+    shutil.rmtree(tmp_path / "ds", ignore_errors=True)
+    (tmp_path / "ds").write_text("the disk went bad")  # serve checked it at start; now nothing can be written
+    first = start_agent(served.server.port, tmp_path / "spool", robot_id="first", driver=SHORT)
+    try:
+        first.join(60)
+        assert not first.is_alive(), "the robot kept uploading into a broken dataset"
+        assert isinstance(first.error, LinkRefused) and "cannot store episodes" in str(first.error), (
+            first.error
+        )
+        assert "fix data.record_dir" in str(first.error)
+        spooled = tmp_path / "spool" / f"127.0.0.1_{served.server.port}" / "first"
+        assert len(list(spooled.glob("*/end.bin"))) == 1  # nothing lost: the episode waits for a good trainer
+        # A robot that comes later is refused at once with the same reason, before it records anything.
+        later = start_agent(served.server.port, tmp_path / "spool2", robot_id="later", driver=SHORT)
+        later.join(30)
+        assert isinstance(later.error, LinkRefused) and "cannot store episodes" in str(later.error)
+    finally:
+        first.stop()
         served.stop()
 
 

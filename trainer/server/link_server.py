@@ -109,6 +109,7 @@ class LinkServer:
         self.observation_listeners: list[ObservationListener] = []
         self.assemblers: dict[str, EpisodeAssembler] = {}
         self.refused = 0
+        self.store_failure: str | None = None  # set when an episode could not be stored: no more are taken
         self.counter = SessionCounter(config.limits)
         self.penalties = Penalties(config.limits)
         # Refusals come before a session exists: their log lines share one budget.
@@ -220,9 +221,18 @@ class LinkServer:
             await session.close()
             return
         except Exception as exc:
-            log.exception("robot %s: storing an episode failed", session.robot_id)
-            session.close_status = (grpc.StatusCode.INTERNAL, f"trainer failed to store an episode: {exc}")
-            await session.close()
+            # The trainer's own fault (a full disk, a folder it may not write): it takes no more
+            # episodes, and says so once, to every robot, rather than have each upload again and again.
+            if self.store_failure is None:
+                log.exception("robot %s: storing an episode failed", session.robot_id)
+                self.store_failure = (
+                    f"the trainer cannot store episodes ({type(exc).__name__}: {exc}); they stay in this "
+                    "robot's spool: fix data.record_dir on the trainer and restart serve"
+                )
+                for other in list(self.sessions.values()):
+                    if other.state != "disconnected":
+                        await other.refuse(self.store_failure)
+            await session.refuse(self.store_failure)
             return
         if ack is None:
             return
@@ -273,6 +283,8 @@ class LinkServer:
     ) -> admission.Refusal | None:
         """Why this registration may not open a session, or None (see :mod:`trainer.server.admission`)."""
         auth = self.config.auth
+        if self.store_failure is not None:  # every episode would be lost; the agents keep theirs spooled
+            return admission.Refusal(grpc.StatusCode.FAILED_PRECONDITION, self.store_failure)
         key = field_limits.robot_id_key(register.robot_id)
         twin = next(
             (s for i, s in self.sessions.items() if s.state != "disconnected" and i != register.robot_id
