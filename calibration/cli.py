@@ -23,23 +23,24 @@ from pathlib import Path
 import numpy as np
 
 from calibration.board import BoardSpec, CalibrationError
+from protos.cli_help import plain_docstring, plain_help
 
 IMAGE_SUFFIXES = (".png", ".jpg", ".jpeg", ".bmp")
 
 
 def add_board_args(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--board", default="7x5", help="squares, columns x rows (default 7x5)")
+    parser.add_argument("--board", default="7x5", help="squares, columns x rows")
     parser.add_argument("--square", type=float, default=0.04, help="square side in metres")
     parser.add_argument("--marker", type=float, default=0.03, help="marker side in metres")
-    parser.add_argument("--dictionary", default="DICT_5X5_100")
+    parser.add_argument("--dictionary", default="DICT_5X5_100", help="the ArUco dictionary of the markers")
 
 
 def add_camera_args(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--camera-serial", default="", help="live camera: its serial number")
     parser.add_argument("--camera-device", default="0", help="opencv camera: index or device path")
-    parser.add_argument("--width", type=int, default=640)
-    parser.add_argument("--height", type=int, default=480)
-    parser.add_argument("--fps", type=float, default=30.0)
+    parser.add_argument("--width", type=int, default=640, help="live camera: frame width in pixels")
+    parser.add_argument("--height", type=int, default=480, help="live camera: frame height in pixels")
+    parser.add_argument("--fps", type=float, default=30.0, help="live camera: frame rate")
 
 
 def add_sim_gap_arg(parser: argparse.ArgumentParser, sim_flag: str) -> None:
@@ -95,14 +96,12 @@ def board_from_args(args: argparse.Namespace) -> BoardSpec:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
-        prog="rlinf-calibrate", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
-    )
-    sub = parser.add_subparsers(dest="command", required=True)
+    parser = argparse.ArgumentParser(prog="rlinf-calibrate", description=plain_docstring(__doc__))
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     board = sub.add_parser("board", help="write a printable image of the ChArUco board")
     add_board_args(board)
-    board.add_argument("--out", type=Path, required=True)
-    board.add_argument("--pixels-per-square", type=int, default=200)
+    board.add_argument("--out", type=Path, required=True, help="the image to write (PNG)")
+    board.add_argument("--pixels-per-square", type=int, default=200, help="resolution of the printed board")
 
     intrinsics = sub.add_parser("intrinsics", help="K, distortion and RMS error from board views")
     add_board_args(intrinsics)
@@ -118,11 +117,18 @@ def build_parser() -> argparse.ArgumentParser:
     add_sim_gap_arg(intrinsics, "--sim-camera")
     intrinsics.add_argument("--views", type=int, default=20, help="views to render with --sim-camera")
     intrinsics.add_argument("--serial", required=True, help="the camera's serial number (the file's key)")
-    intrinsics.add_argument("--out", type=Path, default=Path("cameras.json"))
+    intrinsics.add_argument(
+        "--out", type=Path, default=Path("cameras.json"), help="the intrinsics file (updated per serial)"
+    )
 
     hand_eye = sub.add_parser("hand-eye", help="camera pose on the gripper or in the base frame (AX = XB)")
     add_board_args(hand_eye)
-    hand_eye.add_argument("--mode", choices=("eye-in-hand", "eye-to-hand"), required=True)
+    hand_eye.add_argument(
+        "--mode",
+        choices=("eye-in-hand", "eye-to-hand"),
+        required=True,
+        help="camera on the gripper, or fixed in the base frame",
+    )
     where = hand_eye.add_mutually_exclusive_group(required=True)
     where.add_argument("--sim", action="store_true", help="run unattended in the MuJoCo scene")
     where.add_argument(
@@ -130,20 +136,35 @@ def build_parser() -> argparse.ArgumentParser:
     )
     add_sim_gap_arg(hand_eye, "--sim")
     hand_eye.add_argument("--robot-config", type=Path, help="the robot's config file (its [driver] section)")
-    hand_eye.add_argument("--camera-kind", choices=("realsense", "zed", "opencv"))
+    hand_eye.add_argument(
+        "--camera-kind", choices=("realsense", "zed", "opencv"), help="with --robot: the live camera"
+    )
     add_camera_args(hand_eye)
     hand_eye.add_argument(
         "--intrinsics", type=Path, help="with --robot: the intrinsics file (keyed by --camera-serial)"
     )
-    hand_eye.add_argument("--poses", type=int, default=20)
-    hand_eye.add_argument("--out", type=Path, default=Path("hand_eye.json"))
+    hand_eye.add_argument("--poses", type=int, default=20, help="arm poses to view the board from")
+    hand_eye.add_argument(
+        "--out", type=Path, default=Path("hand_eye.json"), help="the hand-eye file to write"
+    )
 
     apply = sub.add_parser("apply-to-sim", help="write measured cameras into the sim's camera file")
-    apply.add_argument("--camera", choices=("front", "wrist"), required=True)
-    apply.add_argument("--intrinsics", type=Path, required=True)
-    apply.add_argument("--serial", required=True)
-    apply.add_argument("--hand-eye", type=Path, required=True)
-    apply.add_argument("--out", type=Path, default=Path("sim_cameras.json"))
+    apply.add_argument(
+        "--camera", choices=("front", "wrist"), required=True, help="the sim camera to replace"
+    )
+    apply.add_argument(
+        "--intrinsics", type=Path, required=True, help="the intrinsics file (rlinf-calibrate intrinsics)"
+    )
+    apply.add_argument("--serial", required=True, help="the camera's serial number in that file")
+    apply.add_argument(
+        "--hand-eye", type=Path, required=True, help="the hand-eye file (rlinf-calibrate hand-eye)"
+    )
+    apply.add_argument(
+        "--out",
+        type=Path,
+        default=Path("sim_cameras.json"),
+        help="the sim's camera file (env.kwargs.camera_file)",
+    )
     apply.add_argument("--real-image", type=Path, help="a real frame from the same camera, for the report")
     apply.add_argument("--report", type=Path, help="write real | sim | overlay here")
 
@@ -154,17 +175,19 @@ def build_parser() -> argparse.ArgumentParser:
     sysid.add_argument("--task", default="pick_lift", help="the sim task the episodes were recorded in")
     sysid.add_argument("--params", default="", help="comma-separated parameters to fit (default: all)")
     sysid.add_argument("--episodes", type=int, default=20, help="use at most this many episodes")
-    sysid.add_argument("--generations", type=int, default=16)
-    sysid.add_argument("--population", type=int, default=8)
-    sysid.add_argument("--seed", type=int, default=0)
+    sysid.add_argument("--generations", type=int, default=16, help="CMA-ES generations")
+    sysid.add_argument("--population", type=int, default=8, help="CMA-ES candidates per generation")
+    sysid.add_argument("--seed", type=int, default=0, help="CMA-ES seed")
     sysid.add_argument(
         "--action-scale",
         default="",
         metavar="M,RAD",
         help="what a full action moved the robot by (its max_translation_m,max_rotation_rad; default the sim's)",
     )
-    sysid.add_argument("--out", type=Path, default=Path("physics.json"))
-    return parser
+    sysid.add_argument(
+        "--out", type=Path, default=Path("physics.json"), help="the physics file (env.kwargs.physics_file)"
+    )
+    return plain_help(parser)
 
 
 def run_board(args: argparse.Namespace) -> str:

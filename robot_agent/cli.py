@@ -26,6 +26,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from protos.cli_help import plain_docstring, plain_help
 from protos.field_limits import MAX_ROBOT_ID_CHARS
 from robot_agent.config import AgentConfig, AgentConfigError, dataclass_from_dict, load_config_file
 
@@ -34,30 +35,45 @@ CONFIG_SECTIONS = ("driver", "safety", "link", "agent", "teleop")
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
-        prog="rlinf-robot", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    parser = argparse.ArgumentParser(prog="rlinf-robot", description=plain_docstring(__doc__))
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    connect = sub.add_parser(
+        "connect",
+        help="dial into a trainer and serve this robot",
+        description="Dial into a trainer (rlinf-trainer serve) and serve this robot; local safety always\n"
+        "applies. The robot config's keys: docs/reference/configuration.md (the 'rlinf-robot' section).",
     )
-    sub = parser.add_subparsers(dest="command", required=True)
-    connect = sub.add_parser("connect", help="dial into a trainer and serve this robot")
     connect.add_argument("--server", required=True, help="HOST:PORT of the trainer")
     connect.add_argument("--robot", required=True, help="driver kind: sim-twin, franka or dual-franka")
     connect.add_argument(
         "--robot-config", help="JSON or TOML file with driver / safety / link / agent sections"
     )
-    connect.add_argument("--robot-id", help="this robot's id on the trainer (default: agent.robot_id)")
+    connect.add_argument(
+        "--robot-id",
+        help="this robot's id on the trainer (default: agent.robot_id, else <host name>-<robot>)",
+    )
     connect.add_argument("--token-file", help="file holding the trainer's shared token")
     connect.add_argument("--tls-ca", help="CA certificate that signed the trainer's certificate")
     connect.add_argument("--tls-cert", help="client certificate (mutual TLS)")
     connect.add_argument("--tls-key", help="client private key (mutual TLS)")
     connect.add_argument("--insecure", action="store_true", help="no TLS and no token: trusted networks only")
-    connect.add_argument("--spool-dir", help="where episodes wait for the trainer's acknowledgement")
+    connect.add_argument(
+        "--spool-dir",
+        help="where episodes wait for the trainer's acknowledgement, a folder per trainer address "
+        "(default: agent.spool_dir, ~/.rlinf/spool)",
+    )
     connect.add_argument(
         "--teleop",
         help="a device that can take over: spacemouse, keyboard, replay, or expert (the sim twin's scripted "
         "controller standing in for a person)",
     )
-    connect.add_argument("-v", "--verbose", action="store_true")
-    teleop = sub.add_parser("teleop", help="a human drives the robot; episodes are recorded locally")
+    connect.add_argument("-v", "--verbose", action="store_true", help="log at DEBUG level")
+    teleop = sub.add_parser(
+        "teleop",
+        help="a human drives the robot; episodes are recorded locally",
+        description="A human drives the robot through the agent's own control loop and safety; every\n"
+        "episode lands in a local LeRobot v3 dataset (no trainer needed).",
+    )
     teleop.add_argument("--robot", required=True, help="driver kind: sim-twin, franka or dual-franka")
     teleop.add_argument(
         "--robot-config", help="JSON or TOML file with driver / safety / agent / teleop sections"
@@ -68,16 +84,21 @@ def build_parser() -> argparse.ArgumentParser:
     teleop.add_argument("--record-dir", default="teleop_dataset", help="the LeRobot v3 dataset to append to")
     teleop.add_argument("--episodes", type=int, default=0, help="episodes to record (0: until Ctrl-C)")
     teleop.add_argument("--seed", type=int, default=0, help="reset seed of the first episode (sim twin)")
-    teleop.add_argument("--robot-id", help="this robot's name in the dataset (default: agent.robot_id)")
-    teleop.add_argument("--spool-dir", help="where episodes wait until they are in the dataset")
+    teleop.add_argument(
+        "--robot-id",
+        help="this robot's name in the dataset (default: agent.robot_id, else <host name>-<robot>)",
+    )
+    teleop.add_argument(
+        "--spool-dir", help="where episodes wait until they are in the dataset (default: agent.spool_dir)"
+    )
     teleop.add_argument("--video-codec", default="libx264", help="PyAV codec of the camera streams")
     teleop.add_argument(
         "--back-to-back",
         action="store_true",
         help="start each episode at once (keyboard and spacemouse otherwise wait for the operator's start)",
     )
-    teleop.add_argument("-v", "--verbose", action="store_true")
-    return parser
+    teleop.add_argument("-v", "--verbose", action="store_true", help="log at DEBUG level")
+    return plain_help(parser)
 
 
 def agent_config_from_args(args: argparse.Namespace, file_data: dict[str, Any]) -> AgentConfig:

@@ -6,6 +6,7 @@ import argparse
 import sys
 from pathlib import Path
 
+from protos.cli_help import plain_help
 from protos.user_error import UserError
 
 
@@ -155,15 +156,29 @@ def serve_preset_names() -> list[str]:
     return sorted(p.stem for p in (Path(__file__).parent / "configs" / "serve").glob("*.yaml"))
 
 
-def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="rlinf-trainer", description=__doc__)
-    sub = parser.add_subparsers(dest="command", required=True)
+DESCRIPTION = """rlinf-trainer: RL post-training of robot policies in simulation and on real robots.
 
-    train = sub.add_parser("train", help="sim-only RL training run (default: PPO on FrankaPickLift, CPU)")
+  rlinf-trainer train                  PPO on the MuJoCo Franka pick-lift task, on the CPU
+  rlinf-trainer serve --insecure       serve robot agents (rlinf-robot connect) on port 50051
+  rlinf-trainer COMMAND --help         each command's options
+
+Docs: docs/ (mkdocs serve), every config key in docs/reference/configuration.md."""
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="rlinf-trainer", description=DESCRIPTION)
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+
+    train = sub.add_parser(
+        "train",
+        help="sim-only RL training run (default: PPO on FrankaPickLift, CPU)",
+        description="A training run in simulation. Every config key, its type and default:\n"
+        "docs/reference/configuration.md (the 'rlinf-trainer train' section); set any as key=value.",
+    )
     train.add_argument(
         "--config",
         default=None,
-        help=f"a preset ({', '.join(preset_names())}) or a YAML path (default ppo_pick_lift)",
+        help=f"a preset ({', '.join(preset_names())}) or a YAML path (default: ppo_pick_lift)",
     )
     train.add_argument(
         "--resume", default=None, metavar="DIR", help="continue the run in DIR from its last checkpoint"
@@ -172,28 +187,34 @@ def build_parser() -> argparse.ArgumentParser:
     train.set_defaults(func=_train)
 
     rollout = sub.add_parser(
-        "rollout", help="play a policy (random, scripted or a checkpoint) in a sim env and save its frames"
+        "rollout",
+        help="play a policy (random, scripted or a checkpoint) in a sim env and save its frames",
+        description="Play a policy in a sim env: a GIF, the last frame and summary.json in --out.",
     )
     rollout.add_argument("--env", default="rlinf/FrankaPickLift-v0", help="a registered env id")
     rollout.add_argument(
         "--policy", default="scripted", help="random, scripted (the task's expert) or a saved policy folder"
     )
-    rollout.add_argument("--episodes", type=int, default=3, help="episodes to play (default 3)")
+    rollout.add_argument("--episodes", type=int, default=3, help="episodes to play")
     rollout.add_argument(
         "--out",
         default="runs/rollout",
-        help="folder for the GIF, the last frame and a summary (default runs/rollout)",
+        help="folder for the GIF, the last frame and a summary",
     )
     rollout.add_argument("--seed", type=int, default=0, help="seed of the first episode; the next add 1")
     rollout.set_defaults(func=_rollout)
 
     demos = sub.add_parser(
-        "demos", help="record scripted-expert episodes as a LeRobot v3 dataset (for BC / SFT)"
+        "demos",
+        help="record scripted-expert episodes as a LeRobot v3 dataset (for BC / SFT)",
+        description="Record the task's scripted expert (or a saved state policy) as a LeRobot v3 dataset.",
     )
-    demos.add_argument("--env", default="rlinf/FrankaPickColor-v0")
-    demos.add_argument("--episodes", type=int, default=20)
+    demos.add_argument("--env", default="rlinf/FrankaPickColor-v0", help="a registered env id")
+    demos.add_argument("--episodes", type=int, default=20, help="episodes to record")
     demos.add_argument("--out", default="runs/demos", help="the dataset folder (appended to if it exists)")
-    demos.add_argument("--seed", type=int, default=10_000)
+    demos.add_argument(
+        "--seed", type=int, default=10_000, help="reset seed of the first episode; the next add 1"
+    )
     demos.add_argument(
         "--teacher",
         default="",
@@ -222,6 +243,13 @@ def build_parser() -> argparse.ArgumentParser:
     serve = sub.add_parser(
         "serve",
         help="serve robot agents over gRPC: collect episodes, evaluate, train on sim + robots, or run DAgger rounds",
+        description="Serve robot agents (rlinf-robot connect) over gRPC, by default on port 50051\n"
+        "(server.port) of every interface (server.host). server.mode picks the work:\n"
+        "  collect  drive every robot (collect.policy: random or hold) and record every episode (default)\n"
+        "  eval     run a saved policy (eval.policy_path) on each robot; results in <log_dir>/eval.json\n"
+        "  train    a training config (train.config) on sim envs plus every robot whose spec fits\n"
+        "  dagger   HG-DAgger rounds: the policy acts, humans take over, BC refits each round\n"
+        "Every key: docs/reference/configuration.md (the 'rlinf-trainer serve' section).",
     )
     serve.add_argument(
         "--config",
@@ -236,13 +264,15 @@ def build_parser() -> argparse.ArgumentParser:
     serve.set_defaults(func=_serve)
 
     viewer = sub.add_parser(
-        "view", help="show a recorded episode (cameras, actions, rewards, interventions, labels) in rerun"
+        "view",
+        help="show a recorded episode (cameras, actions, rewards, interventions, labels) in rerun",
+        description="Show a recorded episode in the rerun viewer (needs a screen), or save it with --save.",
     )
     viewer.add_argument("dataset", help="a LeRobot v3 dataset folder (e.g. data.record_dir)")
-    viewer.add_argument("--episode", type=int, default=0, help="episode index (default 0)")
+    viewer.add_argument("--episode", type=int, default=0, help="episode index")
     viewer.add_argument("--save", default=None, help="write an .rrd file instead of opening the viewer")
     viewer.set_defaults(func=_view)
-    return parser
+    return plain_help(parser)
 
 
 def main(argv: list[str] | None = None) -> int:
