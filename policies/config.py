@@ -15,17 +15,17 @@ class VLAConfig:
     backbone: str = "tiny:llava-llama"  # a local Hugging Face model folder, or tiny:<family>
     head: str = "tokens"  # "tokens" (OpenVLA: binned action tokens) or "flow" (pi0: flow matching)
     parallel_decoding: bool = False  # tokens: one parallel pass (OpenVLA-OFT) instead of token by token
-    action_bins: int = 256
-    max_instruction_tokens: int = 48
+    action_bins: int = 256  # tokens: bins per action dimension
+    max_instruction_tokens: int = 48  # the instruction is cut to this many tokens
     state_tokens: str = "one"  # "one" (the state as one token) or "fields" (a token per state field)
     detach_value_head: bool = True  # PPO's critic reads the backbone's state without moving it
     lora_rank: int = 0  # 0 trains every weight; >0 adds LoRA adapters to the text model (peft)
     dtype: str = "float32"  # "float32" or "bfloat16" (the backbone's weights; heads stay float32)
-    gradient_checkpointing: bool = False
+    gradient_checkpointing: bool = False  # recompute activations in the backward pass (less GPU memory)
     flow_steps: int = 5  # flow: denoising steps per chunk
     flow_noise_level: float = 0.5  # flow: the SDE's noise scale ``a`` (sigma_t = a sqrt(t / (1 - t)))
     expert_width: int = 128  # flow: the action expert's width
-    expert_layers: int = 2
+    expert_layers: int = 2  # flow: the action expert's layers
     # The published families as upstream defines them (a checkpoint folder, or backbone tiny:pi0 /
     # tiny:pi05 / tiny:openvla):
     checkpoint: str = ""  # an openpi or LeRobot π0 / π0.5 folder (policies.vla.pi.checkpoint)
@@ -57,15 +57,17 @@ class PolicyConfig:
 
     kind: str = "mlp"  # "mlp" (state), "cnn" (images + state) or "vla" (images + instruction + state)
     head: str = "gaussian"  # "gaussian" (PPO/GRPO) or "tanh_gaussian" (SAC/RLPD)
-    hidden_sizes: list[int] = field(default_factory=lambda: [256, 256])
+    hidden_sizes: list[int] = field(default_factory=lambda: [256, 256])  # the MLP trunk's layer widths
     activation: str = "tanh"  # "tanh" or "relu"
-    chunk_size: int = 1
-    init_log_std: float = -0.5
-    value_head: bool = True
-    normalize_state: bool = True
-    cameras: list[str] = field(default_factory=list)
-    cnn_channels: list[int] = field(default_factory=lambda: [16, 32, 32])
-    cnn_features: int = 256
+    chunk_size: int = 1  # actions per decision (action chunking); the env plays them in turn
+    init_log_std: float = -0.5  # the Gaussian head's initial log standard deviation (exploration)
+    value_head: bool = True  # a critic for PPO (GRPO, BC and SAC's actor need none)
+    normalize_state: bool = True  # running mean / std of the state, saved with the policy
+    cameras: list[str] = field(default_factory=list)  # the env cameras this policy looks at (cnn, vla)
+    cnn_channels: list[int] = field(
+        default_factory=lambda: [16, 32, 32]
+    )  # channels of each conv layer of the image encoder (cnn)
+    cnn_features: int = 256  # the image encoder's output width per camera (cnn)
     vla: VLAConfig = field(default_factory=VLAConfig)
     init_from: str = ""  # a saved policy (Policy.save's folder) whose weights start this one, e.g. SFT
 

@@ -24,27 +24,27 @@ class AgentConfigError(UserError, ValueError):
 class LinkConfig:
     """How the agent reaches the trainer and what it sends."""
 
-    server: str = "127.0.0.1:50051"
-    token: str | None = None
+    server: str = "127.0.0.1:50051"  # HOST:PORT of the trainer (--server)
+    token: str | None = None  # the shared token (--token-file reads it from a file)
     tls_ca: str | None = None  # CA that signed the trainer's certificate; None with insecure
     tls_cert: str | None = None  # client certificate + key: mutual TLS
-    tls_key: str | None = None
+    tls_key: str | None = None  # the client certificate's key
     tls_server_name: str | None = None  # override the name checked in the trainer's certificate
-    insecure: bool = False
+    insecure: bool = False  # no TLS, no token (--insecure)
     # "auto": measure the link and pick raw or a JPEG quality per camera (robot_agent/codec_choice.py);
     # "jpeg" / "raw": always that. jpeg_quality is the top quality; auto goes down to min_jpeg_quality.
     codec: str = "auto"
-    jpeg_quality: int = 90
-    min_jpeg_quality: int = 50
+    jpeg_quality: int = 90  # the top JPEG quality
+    min_jpeg_quality: int = 50  # the lowest JPEG quality auto may choose
     # auto may also send frames at 1/2, 1/4 or 1/8 of each side (after min_jpeg_quality, on links too
     # slow for it); the registered spec declares it per camera and the trainer restores the size. 1: never.
     max_downscale: int = 1
     max_link_share: float = 0.5  # auto keeps an observation's link time under this share of the period
     probe_interval_s: float = 2.0  # auto measures the link this often while running (a probe pair)
-    reconnect_initial_s: float = 0.2
-    reconnect_max_s: float = 5.0
+    reconnect_initial_s: float = 0.2  # first wait before reconnecting (doubles, jittered)
+    reconnect_max_s: float = 5.0  # longest wait between reconnects
     max_outbox_observations: int = 8  # live observations waiting to be sent; older ones are skipped
-    upload_part_bytes: int = 4 * 1024 * 1024
+    upload_part_bytes: int = 4 * 1024 * 1024  # a spooled episode is uploaded in parts of about this size
     # Raw frames to a trainer on this host go by shared memory (protos/frame_ring.py), in a ring of
     # this many slots (at 30 Hz, 16 slots give the trainer half a second); 0 sends them in-band.
     frame_ring_slots: int = 16
@@ -83,8 +83,8 @@ class LinkConfig:
 class AgentConfig:
     """Everything the agent needs besides the driver's own config."""
 
-    robot_id: str = "robot-0"
-    spool_dir: str = "~/.rlinf/spool"
+    robot_id: str = "robot-0"  # this robot's id on the trainer; the CLI's default is <host name>-<robot kind>
+    spool_dir: str = "~/.rlinf/spool"  # episodes wait here (a folder per trainer address) until the trainer acknowledges them
     chunk_merge: str = "replace"  # or "blend": cross-fade a new chunk into the rest of the old one
     action_wait_fraction: float = 0.6  # how much of a tick to wait for its action before holding
     # Hold the host's cores out of idle states while running (PM QoS; needs root or a udev rule):

@@ -24,10 +24,14 @@ from protos.validation import ContractError, validate_action
 class SafetyConfig:
     """Limits enforced on the agent. Lengths in metres, angles in radians, per control step."""
 
-    workspace_low: tuple[float, float, float] = franka.WORKSPACE_LOW
-    workspace_high: tuple[float, float, float] = franka.WORKSPACE_HIGH
-    max_translation_m: float = 0.03
-    max_rotation_rad: float = 0.2
+    workspace_low: tuple[float, float, float] = (
+        franka.WORKSPACE_LOW
+    )  # the TCP box's lower corner (m, base frame)
+    workspace_high: tuple[float, float, float] = (
+        franka.WORKSPACE_HIGH
+    )  # the TCP box's upper corner (m, base frame)
+    max_translation_m: float = 0.03  # the longest step the TCP target may take per tick
+    max_rotation_rad: float = 0.2  # the largest turn of the TCP target per tick
     max_gripper_change: float = 1.0  # normalised gripper units per step (the full range is 2)
     # The commanded target never leads the measured TCP by more than this: a stalled or lagging arm
     # cannot store up a jump, and the speed toward a wall (hence the overshoot past it) stays bounded.

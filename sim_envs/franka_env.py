@@ -61,13 +61,13 @@ class ArmCommand:
 class FrankaEnvConfig:
     """Everything that shapes a Franka task env. Unknown keys are rejected by name."""
 
-    task: str = "pick_lift"
-    control_hz: float = 10.0
-    physics_dt: float = 0.005
-    action_mode: str = EE_DELTA_POSE_GRIPPER
-    action_rotation: bool = True
-    max_translation_m: float = 0.05
-    max_rotation_rad: float = 0.3
+    task: str = "pick_lift"  # reach, push, pick_lift or pick_color
+    control_hz: float = 10.0  # policy steps per second
+    physics_dt: float = 0.005  # MuJoCo's step (s); control_hz must divide its rate
+    action_mode: str = EE_DELTA_POSE_GRIPPER  # ee_delta_pose+gripper (Cartesian impedance) or joint_position
+    action_rotation: bool = True  # false: actions are translation + gripper only
+    max_translation_m: float = 0.05  # what a full action moves the TCP per step
+    max_rotation_rad: float = 0.3  # what a full action turns the TCP per step
     # The robot agent's safety limits, applied as it applies them (protos.franka's helpers), so a
     # policy learns to move as the guarded robot will: a step at most ``safety.max_translation_m`` /
     # ``max_rotation_rad`` long (0.03 m, 0.2 rad by default; a longer one keeps its direction) and a
@@ -77,15 +77,15 @@ class FrankaEnvConfig:
     # ``safety.max_rotation_lead_rad`` (0.2 rad) from the measured one. 0: no such limit (the sim's
     # own controller keeps a target within franka.TARGET_LEAD_M per axis, and any orientation).
     max_step_translation_m: float = 0.0
-    max_step_rotation_rad: float = 0.0
-    max_target_lead_m: float = 0.0
-    max_orientation_change_rad: float = 0.0
-    max_rotation_lead_rad: float = 0.0
-    cameras: tuple[str, ...] = CAMERAS
-    image_height: int = 128
-    image_width: int = 128
-    reward_type: str = "dense"
-    terminate_on_success: bool = False
+    max_step_rotation_rad: float = 0.0  # see max_step_translation_m (0: no limit)
+    max_target_lead_m: float = 0.0  # see max_step_translation_m (0: no limit)
+    max_orientation_change_rad: float = 0.0  # see max_step_translation_m (0: no limit)
+    max_rotation_lead_rad: float = 0.0  # see max_step_translation_m (0: no limit)
+    cameras: tuple[str, ...] = CAMERAS  # front and / or wrist; [] for a state-only env
+    image_height: int = 128  # camera frames' height in pixels
+    image_width: int = 128  # camera frames' width in pixels
+    reward_type: str = "dense"  # dense (staged, in [0, 1]) or sparse (success)
+    terminate_on_success: bool = False  # end the episode at the first success
     max_episode_steps: int = 0  # 0 means the task's default
     privileged_state: bool = True  # False: proprioception only, as on the real robot (image policies)
     # With privileged_state=False: add every object's pose but nothing that names the task's target
@@ -96,8 +96,8 @@ class FrankaEnvConfig:
     # part of each step, and a state without it is not Markov. A robot agent with
     # ``agent.previous_action_in_state`` appends it the same way (the action chosen, before its filter).
     previous_action_in_state: bool = False
-    initial_joint_noise: float = 0.02
-    render_size: int = 256
+    initial_joint_noise: float = 0.02  # uniform noise (rad) on the home joints at reset
+    render_size: int = 256  # the side of render() frames (videos)
     randomization: DomainRandomization = field(default_factory=DomainRandomization)
     camera_file: str = ""  # calibrated camera poses and fields of view (rlinf-calibrate apply-to-sim)
     # Identified dynamics (rlinf-calibrate sysid); ``randomization`` then varies around them.

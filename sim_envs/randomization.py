@@ -15,19 +15,19 @@ Range = tuple[float, float]
 class DomainRandomization:
     """Uniform ranges sampled per episode. Equal endpoints give a fixed perturbation."""
 
-    friction_scale: Range = (1.0, 1.0)
-    object_mass_scale: Range = (1.0, 1.0)
-    actuator_gain_scale: Range = (1.0, 1.0)
-    control_latency_ms: Range = (0.0, 0.0)
-    camera_pos_jitter_m: float = 0.0
-    camera_rot_jitter_deg: float = 0.0
-    light_intensity_scale: Range = (1.0, 1.0)
-    randomize_table_texture: bool = False
-    color_jitter: float = 0.0
+    friction_scale: Range = (1.0, 1.0)  # (low, high) factor on the cube's and table's friction
+    object_mass_scale: Range = (1.0, 1.0)  # (low, high) factor on the objects' masses
+    actuator_gain_scale: Range = (1.0, 1.0)  # (low, high) factor on the arm's controller gains
+    control_latency_ms: Range = (0.0, 0.0)  # (low, high) delay before an action takes effect
+    camera_pos_jitter_m: float = 0.0  # uniform +- shift of each camera per episode
+    camera_rot_jitter_deg: float = 0.0  # uniform +- rotation of each camera per episode
+    light_intensity_scale: Range = (1.0, 1.0)  # (low, high) factor on the lights
+    randomize_table_texture: bool = False  # a random table texture per episode
+    color_jitter: float = 0.0  # uniform +- change of the objects' colours
     # Perception error: a fixed offset (x, y, z) of every observed object position from the true one,
     # as a camera-to-robot calibration error gives; then a uniform +-jitter on x and y per episode.
     object_position_bias_m: tuple[float, float, float] = (0.0, 0.0, 0.0)
-    object_position_jitter_m: float = 0.0
+    object_position_jitter_m: float = 0.0  # see object_position_bias_m
     # A camera mounted off its nominal pose (the CAD model's), fixed: per camera ("front", "wrist"), a
     # shift "pos_m" and a rotation vector "rot_deg", both in the camera's parent frame (the world for
     # front, the hand for wrist). `rlinf-calibrate hand-eye` measures it; the jitter above adds to it.

@@ -28,10 +28,10 @@ class DualFrankaConfig:
 
     left: FrankaConfig = field(default_factory=lambda: FrankaConfig(host="172.16.0.2"))
     right: FrankaConfig = field(default_factory=lambda: FrankaConfig(host="172.16.1.2"))
-    cameras: tuple[CameraConfig, ...] = ()
-    control_hz: float = 10.0
-    instruction: str = ""
-    max_episode_steps: int = 200
+    cameras: tuple[CameraConfig, ...] = ()  # cameras shared by both arms
+    control_hz: float = 10.0  # ticks per second of both arms
+    instruction: str = ""  # the task's instruction
+    max_episode_steps: int = 200  # the episode's horizon in ticks
 
     def __post_init__(self) -> None:
         for name in ARMS:

@@ -56,33 +56,40 @@ STATE_FIELDS, HOME_JOINTS = franka.STATE_FIELDS, franka.HOME_JOINTS
 class FrankaConfig:
     """One Franka arm. Action deltas are scaled by ``max_translation_m`` / ``max_rotation_rad`` per step."""
 
-    host: str = "172.16.0.2"
-    control_hz: float = 10.0
-    instruction: str = ""
-    max_episode_steps: int = 200
-    cameras: tuple[CameraConfig, ...] = ()
-    home_joints: tuple[float, ...] = HOME_JOINTS
+    host: str = "172.16.0.2"  # the arm's FCI address
+    control_hz: float = 10.0  # policy ticks per second
+    instruction: str = ""  # the task's instruction sent to the trainer
+    max_episode_steps: int = 200  # the episode's horizon in ticks
+    cameras: tuple[CameraConfig, ...] = ()  # cameras on this PC, e.g. [{kind = "realsense", serial = ...}]
+    home_joints: tuple[float, ...] = HOME_JOINTS  # the home pose (rad), reached before each episode
     home_duration_s: float = 4.0  # at least; longer when the limits below need it
-    home_max_joint_speed_rads: float = 0.5
-    max_translation_m: float = 0.05
-    max_rotation_rad: float = 0.3
+    home_max_joint_speed_rads: float = 0.5  # homing's joint speed limit
+    max_translation_m: float = 0.05  # what a full action moves the TCP target per step
+    max_rotation_rad: float = 0.3  # what a full action turns the TCP target per step
     max_target_lead_m: float = franka.TARGET_LEAD_M  # the target never runs further ahead of the TCP
     # The 1 kHz setpoint profile. Franka hardware refused a +x ramp at 2.5 m/s^2 / 500 m/s^3 and ran one
     # at 1.5 m/s^2 / 200 m/s^3 cleanly (franka-sim's calibration notes): these stay well inside that.
     setpoint_gain: float = 6.0  # 1/s: position error -> velocity
     velocity_gain: float = 25.0  # 1/s: velocity error -> acceleration
-    max_speed_mps: float = 0.25
-    max_accel_mps2: float = 1.0
-    max_jerk_mps3: float = 100.0
+    max_speed_mps: float = 0.25  # the setpoint profile's speed limit
+    max_accel_mps2: float = 1.0  # its acceleration limit
+    max_jerk_mps3: float = 100.0  # its jerk limit
     max_angular_speed: float = 0.8  # rad/s
     max_angular_accel: float = 2.0  # rad/s^2
     max_angular_jerk: float = 150.0  # rad/s^3
-    cartesian_stiffness: tuple[float, ...] = (2000.0, 2000.0, 2000.0, 150.0, 150.0, 150.0)
-    gripper_max_width_m: float = 0.08
-    gripper_speed_mps: float = 0.1
-    gripper_force_n: float = 20.0
-    gripper_tolerance_m: float = 0.005
-    camera_max_age_s: float = 0.2
+    cartesian_stiffness: tuple[float, ...] = (
+        2000.0,
+        2000.0,
+        2000.0,
+        150.0,
+        150.0,
+        150.0,
+    )  # the impedance controller's stiffness (3 translational N/m, 3 rotational Nm/rad)
+    gripper_max_width_m: float = 0.08  # the fingers' opening at +1
+    gripper_speed_mps: float = 0.1  # the gripper's speed
+    gripper_force_n: float = 20.0  # the grasp force
+    gripper_tolerance_m: float = 0.005  # the grasp's width tolerance
+    camera_max_age_s: float = 0.2  # a frame older than this holds the robot
 
     def __post_init__(self) -> None:
         cameras = tuple(c if isinstance(c, CameraConfig) else CameraConfig(**c) for c in self.cameras)

@@ -29,12 +29,13 @@ RANDOMIZATION_PRESETS = ("reality_gap", "none")
 class SimTwinConfig:
     """Which task the twin runs and how it looks. ``randomization`` is a preset name or a dict."""
 
-    task: str = "pick_lift"
-    control_hz: float = 10.0
-    cameras: tuple[str, ...] = ("front", "wrist")
-    image_size: int = 128
+    task: str = "pick_lift"  # the Franka task the twin runs (reach, push, pick_lift, pick_color)
+    control_hz: float = 10.0  # ticks per second
+    cameras: tuple[str, ...] = ("front", "wrist")  # front and / or wrist
+    image_size: int = 128  # camera frames' side in pixels
+    # reality_gap (friction x0.7, mass x1.5, gain x0.8, 40 ms), none, or a dict of ranges
     randomization: str | dict = "reality_gap"
-    reward_type: str = "dense"
+    reward_type: str = "dense"  # dense or sparse
     max_episode_steps: int = 0  # 0: the task's own horizon
     # True: the state also carries the task's object poses, standing in for a perception module
     # (lets state policies learn on the twin; a real arm shows proprioception only).
@@ -43,7 +44,7 @@ class SimTwinConfig:
     action_rotation: bool = True
     # What a full action moves the TCP by per step, as a real arm's driver config says (0: the sim's own).
     max_translation_m: float = 0.0
-    max_rotation_rad: float = 0.0
+    max_rotation_rad: float = 0.0  # see max_translation_m
     # False: reward 0 and never success or terminated, as a real arm reports (the trainer's reward
     # source, e.g. a success classifier, has to judge the episode).
     report_reward: bool = True

@@ -34,9 +34,9 @@ class BCConfig:
     dataset: str = ""  # a LeRobot v3 dataset folder
     action_key: str = "action"  # the executed action; "complementary_info.human_action" for the human's own
     only_interventions: bool = False  # keep only the frames where a human drove
-    learning_rate: float = 1e-3
-    batch_size: int = 256
-    updates_per_iteration: int = 200
+    learning_rate: float = 1e-3  # Adam's step size
+    batch_size: int = 256  # frames per update
+    updates_per_iteration: int = 200  # gradient updates per iteration (each logs metrics, may evaluate)
     image_shift: int = 4  # DrQ random shift of camera frames in pixels, 0 disables
 
 

@@ -30,14 +30,14 @@ from trainer.devices import module_device
 
 @dataclass
 class GRPOConfig:
-    group_size: int = 8
-    learning_rate: float = 3e-4
-    update_epochs: int = 4
-    num_minibatches: int = 4
-    clip_coef: float = 0.2
-    entropy_coef: float = 0.0
+    group_size: int = 8  # envs per group, reset to one seed; advantages are relative within a group
+    learning_rate: float = 3e-4  # Adam's step size
+    update_epochs: int = 4  # passes over each iteration's batch
+    num_minibatches: int = 4  # minibatches per pass
+    clip_coef: float = 0.2  # the policy ratio's clip range
+    entropy_coef: float = 0.0  # the entropy bonus's weight
     kl_coef: float = 0.0  # penalty on the k3 KL to the rollout policy
-    max_grad_norm: float = 0.5
+    max_grad_norm: float = 0.5  # gradients are clipped to this norm
 
 
 class GRPO:

@@ -32,12 +32,12 @@ from trainer.devices import module_device
 
 @dataclass
 class PPOConfig:
-    learning_rate: float = 3e-4
-    gamma: float = 0.99
-    gae_lambda: float = 0.95
-    update_epochs: int = 8
-    num_minibatches: int = 8
-    clip_coef: float = 0.2
+    learning_rate: float = 3e-4  # Adam's step size
+    gamma: float = 0.99  # discount
+    gae_lambda: float = 0.95  # GAE's lambda
+    update_epochs: int = 8  # passes over each iteration's batch
+    num_minibatches: int = 8  # minibatches per pass
+    clip_coef: float = 0.2  # the policy ratio's clip range
     # The value head's own step size (0: learning_rate). A fresh critic under a policy started from
     # SFT must fit returns of the task's scale while the policy takes small steps.
     value_learning_rate: float = 0.0
@@ -45,11 +45,11 @@ class PPOConfig:
     # The clip is in return units: with returns in the tens (a success reward per step), the value
     # can move only clip_coef per iteration, and the critic never catches up.
     clip_value_loss: bool = True
-    value_coef: float = 0.5
-    entropy_coef: float = 0.0
-    max_grad_norm: float = 0.5
+    value_coef: float = 0.5  # the value loss's weight
+    entropy_coef: float = 0.0  # the entropy bonus's weight
+    max_grad_norm: float = 0.5  # gradients are clipped to this norm
     target_kl: float = 0.0  # 0 disables early stopping
-    normalize_advantages: bool = True
+    normalize_advantages: bool = True  # advantages to zero mean, unit std per minibatch
     # The first N updates fit the value head only: a policy started from SFT/BC has a fresh critic,
     # and its first advantages are noise that would undo what the start knew.
     critic_warmup_updates: int = 0

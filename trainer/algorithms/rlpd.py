@@ -28,15 +28,15 @@ DEMO_SEED_OFFSET = 50_000_000  # demo episodes never share seeds with training e
 
 @dataclass
 class RLPDConfig(SACConfig):
-    utd_ratio: float = 4.0
+    utd_ratio: float = 4.0  # gradient updates per env step (RLPD learns from few steps)
     learning_starts: int = 0  # the demos are there from the start
     num_critics: int = 2  # the paper uses 10; 2 keeps CPU updates affordable (set it in the config)
-    critic_subset: int = 2
-    critic_layer_norm: bool = True
+    critic_subset: int = 2  # the target takes the min over a random subset of this size
+    critic_layer_norm: bool = True  # LayerNorm in the critics (RLPD's)
     demo_episodes: int = 20  # scripted-controller episodes played on the envs before training
     demo_dataset: str = ""  # a LeRobot v3 dataset (e.g. teleoperated robot episodes) loaded as demos
-    demo_capacity: int = 100_000
-    critic_hidden: list[int] = field(default_factory=lambda: [256, 256])
+    demo_capacity: int = 100_000  # the demo buffer's size (transitions)
+    critic_hidden: list[int] = field(default_factory=lambda: [256, 256])  # the critics' layer widths
 
 
 class RLPD(SAC):

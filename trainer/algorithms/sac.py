@@ -25,20 +25,20 @@ from trainer.devices import module_device, tree_to
 
 @dataclass
 class SACConfig:
-    actor_learning_rate: float = 3e-4
-    critic_learning_rate: float = 3e-4
-    gamma: float = 0.99
-    tau: float = 0.005
-    batch_size: int = 256
-    buffer_capacity: int = 300_000
+    actor_learning_rate: float = 3e-4  # the actor's Adam step size
+    critic_learning_rate: float = 3e-4  # the critics' Adam step size
+    gamma: float = 0.99  # discount
+    tau: float = 0.005  # target critics' Polyak rate
+    batch_size: int = 256  # transitions per update
+    buffer_capacity: int = 300_000  # replay buffer size (transitions)
     learning_starts: int = 2_000  # env steps of uniform random actions before learning
     utd_ratio: float = 0.5  # gradient updates per env step
-    init_temperature: float = 0.1
+    init_temperature: float = 0.1  # the entropy temperature's start
     target_entropy_scale: float = 1.0  # target entropy = -scale * action_dim
-    num_critics: int = 2
+    num_critics: int = 2  # Q-functions in the ensemble
     critic_subset: int = 2  # the target takes the min over a random subset of this size
-    critic_layer_norm: bool = False
-    critic_hidden: list[int] = field(default_factory=lambda: [256, 256])
+    critic_layer_norm: bool = False  # LayerNorm in the critics
+    critic_hidden: list[int] = field(default_factory=lambda: [256, 256])  # the critics' layer widths
     image_shift: int = 4  # DrQ random shift in pixels, 0 disables
 
 

@@ -22,7 +22,7 @@ class ClusterConfig:
     - ``auto``: profile the three Ray modes for ``profile_iterations`` each and keep the fastest.
     """
 
-    placement: str = "sequential"
+    placement: str = "sequential"  # sequential, collocated, disaggregated, hybrid or auto (see above)
     ray_address: str = ""  # "": start a local Ray; "auto" or "host:port": join a running cluster
     num_cpus: int = 0  # a local Ray's CPUs (0: every core)
     pipeline_stages: int = 2  # env groups that step while inference runs on another

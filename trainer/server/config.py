@@ -20,14 +20,14 @@ class ServerSection:
     """Where the robot link listens and how agents authenticate."""
 
     host: str = ""  # "": every interface (0.0.0.0) with TLS, loopback only (127.0.0.1) when insecure
-    port: int = 50051
-    mode: str = "collect"
-    token_file: str = ""
-    tls_cert: str = ""
-    tls_key: str = ""
+    port: int = 50051  # the robot link's TCP port (0: any free one)
+    mode: str = "collect"  # collect, eval, train or dagger
+    token_file: str = ""  # a file holding the shared token every agent must send
+    tls_cert: str = ""  # the trainer's certificate (PEM)
+    tls_key: str = ""  # its private key (PEM)
     client_ca: str = ""  # set: mutual TLS; each robot registers as its certificate's common name
     robot_tokens_file: str = ""  # JSON {robot_id: token}: each robot id bound to a token of its own
-    insecure: bool = False
+    insecure: bool = False  # no TLS, no token (--insecure): trusted networks only
     max_session_bytes: int = 4 << 30  # refuse a robot whose spec could make its session hold more
     reflection: bool = False  # gRPC server reflection (lists the services; asks for the token)
     health_requires_token: bool = False  # False: load balancers and probes may check health without one
@@ -38,7 +38,7 @@ class ServerSection:
     # robots on one token behind one NAT is far below the caps; 0 rates follow each robot's spec.
     max_sessions_per_credential: int = 64  # per token or client certificate
     max_sessions_per_peer: int = 64  # per robot host (address)
-    max_sessions: int = 256
+    max_sessions: int = 256  # sessions in all
     register_timeout_s: float = 10.0  # a connected agent must register within this
     handshake_timeout_s: float = 5.0  # a connection must finish TLS / HTTP/2 within this
     max_messages_per_s: float = 0.0  # per robot; 0: 4 x its control_hz + 50
@@ -46,7 +46,7 @@ class ServerSection:
     # Sessions refused or ended on a bad message, per credential and host: past these rates the next
     # session from there waits, unread (the refused bytes count too).
     bad_sessions_per_s: float = 5.0
-    bad_bytes_per_s: float = 2.0 * 2**20
+    bad_bytes_per_s: float = 2.0 * 2**20  # see bad_sessions_per_s
 
     def link_limits(self) -> LinkLimits:
         values = {
@@ -72,12 +72,12 @@ class ServerSection:
 class DataSection:
     """Where episodes are recorded (a LeRobot v3 dataset)."""
 
-    record_dir: str = "runs/dataset"
+    record_dir: str = "runs/dataset"  # the LeRobot v3 dataset every robot episode is written to
     # The dataset's schema (cameras, state, action): a JSON env spec (EnvSpec.to_dict) or a LeRobot
     # dataset to take it from. Robots that do not fit are refused, whoever connected first.
     # "": the dataset's own once it has episodes, else the first robot's (a warning says so).
     features: str = ""
-    video_codec: str = "libx264"
+    video_codec: str = "libx264"  # the camera streams' codec (PyAV name)
     video_pix_fmt: str = "yuv420p"  # yuv444p keeps the colour of one-pixel targets in small sim images
     video_crf: int = -1  # -1: the codec's default; 0: lossless (libx264)
 
@@ -95,22 +95,22 @@ class CollectSection:
     """What drives the robots in ``collect`` mode. An agent's teleop device overrides it while the human
     holds the take-over; ``hold`` (keep the arm still) is for pure demonstrations."""
 
-    policy: str = "random"
+    policy: str = "random"  # random or hold (keep the arm still unless a human drives)
     action_scale: float = 0.3  # random actions are uniform in [-scale, scale]
     episodes_per_robot: int = 0  # 0: until the server stops
-    seed: int = 0
+    seed: int = 0  # the first reset seed of the server-wide sequence
 
 
 @dataclass
 class EvalSection:
     """A fixed policy (saved with ``Policy.save``) run on every robot, with success statistics."""
 
-    policy_path: str = ""
-    episodes_per_robot: int = 10
+    policy_path: str = ""  # the saved policy to run (a checkpoint's policy/ folder)
+    episodes_per_robot: int = 10  # episodes each robot plays
     # Serve prints the results and exits once this many robots have played their episodes (0: keep
     # serving until stopped, evaluating every robot that connects).
     robots: int = 1
-    greedy: bool = True
+    greedy: bool = True  # the policy's mean action, not a sample
     results_file: str = ""  # default: <log_dir>/eval.json
 
 
@@ -123,7 +123,7 @@ class TrainSection:
     sim_weight: float = 1.0  # sampling weight of sim transitions
     robot_weight: float = 1.0  # sampling weight of robot transitions
     min_robots: int = 0  # wait for this many robots before the first iteration
-    wait_timeout_s: float = 600.0
+    wait_timeout_s: float = 600.0  # how long to wait for train.min_robots before giving up (exit 2)
     step_timeout_s: float = 10.0  # a robot that sends nothing for this long is dropped for the iteration
     resume: bool = False  # continue the run in run.output_dir from its newest checkpoint
     # After the last iteration: the final policy, greedy, for this many episodes on every connected
@@ -137,18 +137,18 @@ class DaggerSection:
     each followed by a behaviour-cloning fit on everything recorded so far (see trainer/server/dagger.py)."""
 
     policy_path: str = ""  # the starting policy (a Policy.save folder, e.g. a checkpoint's policy/)
-    rounds: int = 5
+    rounds: int = 5  # rounds of episodes + a BC refit
     episodes_per_round: int = 4  # per robot
-    min_robots: int = 1
-    wait_timeout_s: float = 600.0
+    min_robots: int = 1  # robots to wait for before the first round
+    wait_timeout_s: float = 600.0  # how long to wait for them
     only_interventions: bool = True  # HG-DAgger; false: DAgger on every labelled frame
     action_key: str = "complementary_info.human_action"  # the human's (or expert's) action is the label
     datasets: list[str] = field(default_factory=list)  # more LeRobot v3 datasets to fit on (e.g. demos)
-    updates_per_round: int = 500
-    learning_rate: float = 1e-3
-    batch_size: int = 256
-    greedy: bool = True
-    seed: int = 0
+    updates_per_round: int = 500  # BC updates after each round
+    learning_rate: float = 1e-3  # BC's Adam step size
+    batch_size: int = 256  # BC's frames per update
+    greedy: bool = True  # the policy acts with its mean action
+    seed: int = 0  # the rounds' reset seeds and BC's batches
     output_dir: str = ""  # default: <log_dir>/dagger
 
 
@@ -170,9 +170,10 @@ class RewardSection:
     ``human``: the teleop device's success/failure label ends the episode with reward 1 or 0.
     """
 
-    source: str = "env"
+    source: str = "env"  # env, classifier or human (see above)
     classifier: str = ""  # the classifier folder (a reward_classifier run's classifier/)
     threshold: float = 0.0  # 0: the classifier's own
+    # classifier: frames in a row above the threshold that end an episode as success
     consecutive_frames: int = 3
 
 
