@@ -5,7 +5,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-EXTRAS="${RLINF_EXTRAS:-sim,train,vla,robot,dev,bench,calibration,view}"
+EXTRAS="${RLINF_EXTRAS:-sim,train,vla,robot,dev,bench,calibration,view,docs}"
 PYTHON="${PYTHON:-python3}"
 VENV=.venv
 

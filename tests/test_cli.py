@@ -168,7 +168,9 @@ def test_serve_on_a_port_in_use_is_one_line(tmp_path):
         result = run_cli("rlinf-trainer", "serve", "--insecure", "server.host=127.0.0.1", f"server.port={port}",
                          f"data.record_dir={tmp_path / 'ds'}", f"log_dir={tmp_path / 'log'}")  # fmt: skip
     assert result.returncode == 2 and "Traceback" not in result.stderr, result.stderr
-    assert f"could not bind the robot link to 127.0.0.1:{port}" in result.stderr.strip().splitlines()[-1]
+    last = result.stderr.strip().splitlines()[-1]
+    assert f"could not bind the robot link to 127.0.0.1:{port}" in last and f"grep :{port}" in last
+    assert "give the agents that port in --server" in last
 
 
 def test_help_names_the_presets_and_every_teleop_device():

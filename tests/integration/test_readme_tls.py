@@ -1,4 +1,4 @@
-"""The README's certificate commands make a PKI the link accepts; a robot given the wrong CA stops
+"""The docs' certificate commands (docs/guides/robot.md) make a PKI the link accepts; a robot given the wrong CA stops
 with one line and exit code 3 (``rlinf-robot connect`` as a real process)."""
 
 from __future__ import annotations
@@ -20,8 +20,8 @@ ROBOT = str(Path(sys.executable).with_name("rlinf-robot"))
 
 
 def readme_certificate_commands() -> list[str]:
-    text = (ROOT / "README.md").read_text()
-    block = text[text.index("- Certificates for a lab") :]
+    text = (ROOT / "docs" / "guides" / "robot.md").read_text()
+    block = text[text.index("## Certificates for a lab") :]
     start = block.index("```bash") + len("```bash")
     return [line for line in block[start : block.index("```", start)].splitlines() if line.strip()]
 

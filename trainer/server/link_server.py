@@ -177,8 +177,9 @@ class LinkServer:
             self.port = 0
         if self.port == 0:
             raise OSError(
-                f"could not bind the robot link to {address} (in use by another process? pick another "
-                "server.port)"
+                f"could not bind the robot link to {address}: in use by another process (an earlier "
+                f"serve still running? `ss -ltnp | grep :{self.config.port}` names it); stop it, or pick "
+                "another server.port and give the agents that port in --server"
             )
         await self._server.start()
         await health.set(SERVICE_NAME, health_pb2.HealthCheckResponse.SERVING)
