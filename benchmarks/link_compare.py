@@ -53,6 +53,8 @@ LEROBOT_NO_DEPS = ["lerobot==0.4.1"]
 LEROBOT_PINS = ["grpcio==1.73.1", "protobuf==6.31.0", "huggingface_hub==0.35.3", "numpy==2.2.6",
                 "torch==2.13.0"]  # fmt: skip
 NAMESPACE = "rlinf-link-bench"
+# Our server of openpi's protocol, in this venv, where the peers' servers run (in the shaped namespace too).
+OURS_OPENPI = [sys.executable, str(Path(__file__).parent / "peers" / "rlinf_openpi_server.py")]
 # Ours is measured after one 300-step episode at 30 Hz. Until then the trainer's per-robot buffers
 # (its newest 256 observations, the open episode it records) are filling, and each raw frame lands
 # on memory the process touches for the first time (page faults: 1-2 ms per observation of two
@@ -106,13 +108,17 @@ def median_of_rounds(figures: list[dict]) -> dict:
     return merged
 
 
-def run_peer(peer: str, prefix: list[str], python: Path, requests: int, hz: float) -> dict:
-    """A peer's server and client (``peers/<peer>_peer.py``) in its venv: round-trip figures."""
+def run_peer(
+    peer: str, prefix: list[str], python: Path, requests: int, hz: float, server_argv: list[str] | None = None
+) -> dict:
+    """A peer's server and client (``peers/<peer>_peer.py``) in its venv: round-trip figures.
+    ``server_argv`` (then given the port file) runs another server for the peer's client: ours."""
     script = str(Path(__file__).parent / "peers" / f"{peer}_peer.py")
     with tempfile.TemporaryDirectory() as tmp:
         port_file = Path(tmp) / "port"
         server = subprocess.Popen(
-            [*prefix, str(python), script, "serve", str(port_file)], stderr=subprocess.DEVNULL
+            [*(server_argv or [*prefix, str(python), script, "serve"]), str(port_file)],
+            stderr=subprocess.DEVNULL,
         )
         try:
             deadline = time.monotonic() + 30
@@ -247,6 +253,13 @@ def main() -> None:
         runs = {
             "openpi_lockstep": partial(run_peer, "openpi", prefix, openpi, args.requests, 0.0),
             "openpi_30hz": partial(run_peer, "openpi", prefix, openpi, args.requests, 30.0),
+            # openpi's own client against our server of its protocol (trainer/server/openpi_server.py).
+            "openpi_client_ours_lockstep": partial(
+                run_peer, "openpi", prefix, openpi, args.requests, 0.0, [*prefix, *OURS_OPENPI]
+            ),
+            "openpi_client_ours_30hz": partial(
+                run_peer, "openpi", prefix, openpi, args.requests, 30.0, [*prefix, *OURS_OPENPI]
+            ),
             "lerobot_lockstep": partial(run_peer, "lerobot", prefix, lerobot, args.requests, 0.0),
             "lerobot_30hz": partial(run_peer, "lerobot", prefix, lerobot, args.requests, 30.0),
         }

@@ -115,6 +115,19 @@ class EvalSection:
 
 
 @dataclass
+class OpenpiSection:
+    """``eval`` mode can also answer openpi's websocket clients (``openpi_client.WebsocketClientPolicy``)
+    with ``eval.policy_path``: robots that already run openpi's client get the policy with no change on
+    their side. Such a robot has none of rlinf-robot's local safety unless its own client provides it."""
+
+    port: int = 0  # 0: off; openpi's own examples use 8000
+    # openpi observation key -> the policy's camera, e.g. {"observation/image": front}
+    images: dict[str, str] = field(default_factory=dict)
+    state: str = "observation/state"  # the observation key that holds the state vector
+    prompt: str = "prompt"  # the observation key that holds the instruction (the spec's own when absent)
+
+
+@dataclass
 class TrainSection:
     """``train`` mode: a training config (as for ``rlinf-trainer train``) run on sim envs + robots."""
 
@@ -186,6 +199,7 @@ class ServeConfig:
     train: TrainSection = field(default_factory=TrainSection)
     dagger: DaggerSection = field(default_factory=DaggerSection)
     reward: RewardSection = field(default_factory=RewardSection)
+    openpi: OpenpiSection = field(default_factory=OpenpiSection)
     log_dir: str = "runs/serve"  # TensorBoard figures per robot
 
 
@@ -246,6 +260,8 @@ def load_serve_config(path: str | None, overrides: list[str] | None = None) -> S
             f"eval.robots must be >= 0 (0: keep serving) and eval.episodes_per_robot >= 1; got "
             f"{config.eval.robots} and {config.eval.episodes_per_robot}"
         )
+    if config.openpi.port and config.server.mode != "eval":
+        raise ConfigError("openpi.port serves eval.policy_path: it needs server.mode=eval")
     if config.server.mode == "dagger":
         check_dagger(config)
     if config.collect.policy not in COLLECT_POLICIES:

@@ -43,21 +43,29 @@ class PolicyDriver:
         problem = spec_mismatch(self.policy.spec, session.spec, f"robot {session.robot_id}")
         return None if problem is None else f"the policy does not fit: {problem}"
 
-    def remote_policy(self, session: RobotSession) -> RemotePolicy:
+    def act(self, obs: dict) -> np.ndarray:
+        """One observation (``images``, ``state``, ``instruction``) -> its action chunk ``[chunk, dim]``."""
         import torch
 
         from policies.base import to_tensors
 
+        policy = self.policy
+        batch = {
+            "images": {name: obs["images"][name][None] for name in policy.cameras},  # what it reads
+            "state": np.asarray(obs["state"], np.float32)[None],
+            "instruction": [obs["instruction"]],
+        }
+        with torch.no_grad():
+            return policy.act(to_tensors(batch), mode=self.mode).actions[0].cpu().numpy()
+
+    async def act_async(self, obs: dict) -> np.ndarray:
+        """:meth:`act` on the inference thread (the event loop stays free)."""
+        return await asyncio.get_running_loop().run_in_executor(self.inference, self.act, obs)
+
+    def remote_policy(self, session: RobotSession) -> RemotePolicy:
         def infer(obs: pb.Observation) -> np.ndarray:
-            policy = self.policy
             images = link_codec.decode_images(obs.frames, session.spec)
-            batch = {
-                "images": {name: images[name][None] for name in policy.spec.camera_names},
-                "state": np.asarray(obs.state, np.float32)[None],
-                "instruction": [obs.instruction],
-            }
-            with torch.no_grad():
-                return policy.act(to_tensors(batch), mode=self.mode).actions[0].cpu().numpy()
+            return self.act({"images": images, "state": obs.state, "instruction": obs.instruction})
 
         async def remote(obs: pb.Observation) -> np.ndarray:
             return await asyncio.get_running_loop().run_in_executor(self.inference, infer, obs)

@@ -38,6 +38,8 @@ def serve(config: ServeConfig, stop: threading.Event, on_started=None) -> LinkSe
         seeds = episode_seeds(config)
         on_session = lambda session: collect(session, config, hosted.stop_event, seeds)  # noqa: E731
     with HostedLink(config, on_session) as hosted:
+        if evaluation is not None and config.openpi.port:  # robots that speak openpi's protocol too
+            hosted.spawn(openpi_server(config, evaluation).run(hosted.stop_event))
         if on_started is not None:
             on_started(hosted.server)
         hosted.spawn(Console(hosted.server, config.log_dir).run(hosted.stop_event))
@@ -47,6 +49,18 @@ def serve(config: ServeConfig, stop: threading.Event, on_started=None) -> LinkSe
         for line in evaluation.summary():
             print(line, flush=True)
     return hosted.server
+
+
+def openpi_server(config: ServeConfig, evaluation: Evaluation):
+    """The openpi websocket server for ``eval`` mode's policy (``openpi.*``), sharing its inference thread."""
+    from trainer.server.link_hosting import auth_from, listen_host
+    from trainer.server.openpi_server import OpenpiMapping, OpenpiPolicyServer
+
+    mapping = OpenpiMapping(dict(config.openpi.images), config.openpi.state, config.openpi.prompt)
+    return OpenpiPolicyServer(
+        evaluation.driver, mapping, auth_from(config), listen_host(config.server), config.openpi.port,
+        max_connections=config.server.max_sessions, metadata={"policy": evaluation.policy_path},
+    )  # fmt: skip
 
 
 def main(config: ServeConfig) -> int:
