@@ -10,6 +10,7 @@ from collections.abc import Callable, Coroutine
 from concurrent.futures import Future
 from pathlib import Path
 
+from trainer.configs.errors import ConfigError
 from trainer.server.auth import AuthConfigError, ServerAuthConfig, load_robot_tokens
 from trainer.server.config import ServeConfig, run_features
 from trainer.server.judged_episodes import JudgedEpisodes
@@ -106,7 +107,7 @@ class HostedLink:
         judged: JudgedEpisodes | None = None,  # train mode: the reward source's values to record
     ) -> None:
         if config.server.view not in ("", "rerun"):
-            raise ValueError(f"server.view must be '' or 'rerun', got {config.server.view!r}")
+            raise ConfigError(f"server.view must be '' or 'rerun', got {config.server.view!r}")
         self.config = config
         features = run_features(config.data)
         sink = LeRobotEpisodeSink(config.data.record_dir, config.data.video_format(), judged, features)

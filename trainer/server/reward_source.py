@@ -18,6 +18,7 @@ from typing import Any, Protocol
 from protos import robot_link_pb2 as pb
 from protos.batch import stack_obs
 from protos.env_spec import EnvSpec
+from trainer.configs.errors import ConfigError
 
 
 @dataclass(frozen=True)
@@ -106,7 +107,7 @@ def reward_factory(section, spec: EnvSpec):
     classifier = load_classifier(section.classifier)
     problem = classifier_mismatch(classifier.spec, classifier.cfg, spec)
     if problem:
-        raise ValueError(f"reward.classifier={section.classifier!r} {problem}")
+        raise ConfigError(f"reward.classifier={section.classifier!r} {problem}")
     classifier.eval()
     threshold = section.threshold or classifier.cfg.threshold
     return lambda: ClassifierRewards(classifier, threshold, section.consecutive_frames)
