@@ -48,7 +48,7 @@ def answer_spin(spin_wait_s: float, last_wait_s: float) -> float:
 def check_interpreter(python: str, role: str) -> None:
     """A suite's interpreter must be an executable; else a one-line error naming ``role``."""
     if not os.access(python, os.X_OK):
-        raise ValueError(
+        raise EnvConfigError(
             f"{role} {python!r} is not an executable (a suite's venv: scripts/sim_venv.sh SUITE)"
         )
 
@@ -78,11 +78,11 @@ class SimVectorEnv:
         pin_workers: bool | None = None,
     ) -> None:
         if num_envs < 1:
-            raise ValueError(f"num_envs must be >= 1, got {num_envs}")
+            raise EnvConfigError(f"num_envs must be >= 1, got {num_envs}")
         if backend not in ("inline", "subprocess"):
-            raise ValueError(f"backend must be 'inline' or 'subprocess', got {backend!r}")
+            raise EnvConfigError(f"backend must be 'inline' or 'subprocess', got {backend!r}")
         if python and backend != "subprocess":
-            raise ValueError(f"a worker interpreter (python={python!r}) needs backend='subprocess'")
+            raise EnvConfigError(f"a worker interpreter (python={python!r}) needs backend='subprocess'")
         if python:
             check_interpreter(python, "worker interpreter")
         if spin_wait_s is not None and not 0 <= spin_wait_s <= 0.1:
