@@ -184,6 +184,7 @@ def test_observations_are_checked_before_the_policy_sees_them():
         ({"s": np.ones(3)}, "lacks ['cam']"),
         ({"cam": image, "s": np.array([1.0, np.nan, 0.0])}, "3 finite numbers"),
         ({"cam": image, "s": np.ones(4)}, "3 finite numbers"),
+        ({"cam": image, "s": ["a", "b", "c"]}, "3 finite numbers"),
         ({"cam": image.astype(np.float32), "s": np.ones(3)}, "must be uint8[8, 8, 3]"),
         ({"cam": image, "s": np.ones(3), "p": "x" * 5000}, "at most 4096 characters"),
         ({f"k{i}": 0 for i in range(100)}, "at most 64 keys"),

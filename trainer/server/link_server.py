@@ -230,10 +230,9 @@ class LinkServer:
                     f"the trainer cannot store episodes ({type(exc).__name__}: {exc}); they stay in this "
                     "robot's spool: fix data.record_dir on the trainer and restart serve"
                 )
-                for other in list(self.sessions.values()):
-                    if other.state != "disconnected":
-                        await other.refuse(self.store_failure)
-            await session.refuse(self.store_failure)
+            for live in [session, *self.sessions.values()]:  # this robot first; each refused once
+                if live.state != "disconnected":
+                    await live.refuse(self.store_failure)
             return
         if ack is None:
             return

@@ -73,8 +73,14 @@ def to_observation(message: Any, spec: EnvSpec, mapping: OpenpiMapping) -> dict[
             )
             raise ObservationError(f"{key!r} must be uint8{list(shape)} (camera {camera!r}), got {got}")
         images[camera] = np.array(image)
-    state = message[mapping.state]
-    state = np.asarray(state, np.float32) if isinstance(state, np.ndarray | list) else None
+    try:
+        state = (
+            np.asarray(message[mapping.state], np.float32)
+            if isinstance(message[mapping.state], np.ndarray | list)
+            else None
+        )
+    except (TypeError, ValueError):  # a list of text, nested lists of uneven length
+        state = None
     if state is None or state.shape != (spec.state_dim,) or not np.isfinite(state).all():
         raise ObservationError(f"{mapping.state!r} must be {spec.state_dim} finite numbers")
     prompt = message.get(mapping.prompt, spec.instruction)
@@ -101,8 +107,7 @@ class OpenpiPolicyServer:
         self.driver, self.mapping, self.auth = driver, mapping, auth
         self.host, self.port, self.max_connections = host, port, max_connections
         spec = driver.policy.spec
-        unknown = sorted(set(mapping.images.values()) - set(spec.camera_names))
-        if unknown or set(mapping.images.values()) != set(driver.policy.cameras):
+        if set(mapping.images.values()) != set(driver.policy.cameras):
             raise openpi_wire.WireError(
                 f"openpi.images must map an openpi key to each camera the policy reads "
                 f"{list(driver.policy.cameras)}, got {mapping.images}"
