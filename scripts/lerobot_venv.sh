@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
-# A side venv with LeRobot's own dataset library, for the round-trip check in
-# tests/protos/test_lerobot_roundtrip.py (lerobot-dataset needs Python >= 3.12, and pulls torch: ~8 GB,
-# about 4 minutes here). Reused when it is already there.
+# A side venv with LeRobot's own dataset library and its async-inference robot client, for the
+# round-trip check in tests/protos/test_lerobot_roundtrip.py and LeRobot's RobotClient in
+# tests/integration/test_lerobot_protocol.py (Python >= 3.12, and they pull torch: ~8 GB, about
+# 5 minutes here). Reused when it is already there.
 #   bash scripts/lerobot_venv.sh          # -> .venv-lerobot
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -9,8 +10,8 @@ cd "$(dirname "$0")/.."
 # Another LeRobot side venv reuses this script: VENV, PINS (space-separated) and CHECK (a module
 # to import) override the defaults (scripts/lerobot_vla_venv.sh).
 VENV=${VENV:-.venv-lerobot}
-read -r -a PINS <<< "${PINS:-lerobot-dataset==0.5.0}"
-CHECK=${CHECK:-ledataset}
+read -r -a PINS <<< "${PINS:-lerobot-dataset==0.5.0 lerobot[async]==0.6.1}"
+CHECK=${CHECK:-ledataset, lerobot.async_inference.configs, lerobot.transport.services_pb2_grpc}
 if [ -x "$VENV/bin/python" ] && "$VENV/bin/python" -c "import $CHECK" >/dev/null 2>&1; then
   echo "[$VENV] $VENV is ready"
   exit 0

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import ipaddress
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -128,6 +129,24 @@ class OpenpiSection:
 
 
 @dataclass
+class LerobotSection:
+    """``eval`` mode can also answer LeRobot's async-inference robot clients
+    (``lerobot.async_inference.robot_client``) with ``eval.policy_path``, whatever policy they name.
+    LeRobot's client speaks plaintext gRPC and sends no token: only ``allowed_peers`` are answered.
+    Such a robot has none of rlinf-robot's local safety unless its own client provides it."""
+
+    port: int = 0  # 0: off; LeRobot's own examples use 8080
+    # the robot's camera name (a key of its observation) -> the policy's camera, e.g. {front: front}
+    images: dict[str, str] = field(default_factory=dict)
+    # addresses or networks whose clients are answered (every other one is refused)
+    allowed_peers: list[str] = field(default_factory=lambda: ["127.0.0.1/32", "::1/128"])
+    obs_queue_timeout_s: float = 2.0  # GetActions waits this long for an observation (LeRobot's default)
+    # an observation whose state is closer than this to the last one answered is skipped unless the
+    # robot's action queue ran empty (LeRobot's server's rule, in the robot's state units)
+    similar_state_atol: float = 1.0
+
+
+@dataclass
 class TrainSection:
     """``train`` mode: a training config (as for ``rlinf-trainer train``) run on sim envs + robots."""
 
@@ -200,6 +219,7 @@ class ServeConfig:
     dagger: DaggerSection = field(default_factory=DaggerSection)
     reward: RewardSection = field(default_factory=RewardSection)
     openpi: OpenpiSection = field(default_factory=OpenpiSection)
+    lerobot: LerobotSection = field(default_factory=LerobotSection)
     log_dir: str = "runs/serve"  # TensorBoard figures per robot
 
 
@@ -262,6 +282,15 @@ def load_serve_config(path: str | None, overrides: list[str] | None = None) -> S
         )
     if config.openpi.port and config.server.mode != "eval":
         raise ConfigError("openpi.port serves eval.policy_path: it needs server.mode=eval")
+    if config.lerobot.port and config.server.mode != "eval":
+        raise ConfigError("lerobot.port serves eval.policy_path: it needs server.mode=eval")
+    for peer in config.lerobot.allowed_peers:
+        try:
+            ipaddress.ip_network(peer, strict=False)
+        except ValueError:
+            raise ConfigError(
+                f"lerobot.allowed_peers: {peer!r} is not an address or network (10.0.0.0/24)"
+            ) from None
     if config.server.mode == "dagger":
         check_dagger(config)
     if config.collect.policy not in COLLECT_POLICIES:

@@ -40,6 +40,8 @@ def serve(config: ServeConfig, stop: threading.Event, on_started=None) -> LinkSe
     with HostedLink(config, on_session) as hosted:
         if evaluation is not None and config.openpi.port:  # robots that speak openpi's protocol too
             hosted.spawn(openpi_server(config, evaluation).run(hosted.stop_event))
+        if evaluation is not None and config.lerobot.port:  # and LeRobot's async-inference protocol
+            hosted.spawn(lerobot_server(config, evaluation).run(hosted.stop_event))
         if on_started is not None:
             on_started(hosted.server)
         hosted.spawn(Console(hosted.server, config.log_dir).run(hosted.stop_event))
@@ -60,6 +62,22 @@ def openpi_server(config: ServeConfig, evaluation: Evaluation):
     return OpenpiPolicyServer(
         evaluation.driver, mapping, auth_from(config), listen_host(config.server), config.openpi.port,
         max_connections=config.server.max_sessions, metadata={"policy": evaluation.policy_path},
+    )  # fmt: skip
+
+
+def lerobot_server(config: ServeConfig, evaluation: Evaluation):
+    """The LeRobot async-inference server for ``eval`` mode's policy (``lerobot.*``)."""
+    import ipaddress
+
+    from trainer.server.lerobot_server import LerobotMapping, LerobotPolicyServer
+
+    section = config.lerobot
+    loopback_only = all(ipaddress.ip_network(p, strict=False).is_loopback for p in section.allowed_peers)
+    host = config.server.host or ("127.0.0.1" if loopback_only else "0.0.0.0")
+    return LerobotPolicyServer(
+        evaluation.driver, LerobotMapping(dict(section.images), section.similar_state_atol), host, section.port,
+        allowed_peers=list(section.allowed_peers), max_clients=config.server.max_sessions,
+        obs_queue_timeout_s=section.obs_queue_timeout_s,
     )  # fmt: skip
 
 
