@@ -1,7 +1,7 @@
 """One honest robot beside hostile ones: does the trainer still answer it in time?
 
-A real ``rlinf-trainer serve`` (collect mode, random actions, recording LeRobot episodes) runs in its
-own process; an honest sim-twin agent (two 64x64 JPEG cameras at 20 Hz) streams to it from this
+A real ``rlinf-trainer serve`` (collect mode, random actions, recording LeRobot episodes, with the
+twin's spec as ``data.features``, as a lab fixes its run's schema) runs in its own process; an honest sim-twin agent (two 64x64 JPEG cameras at 20 Hz) streams to it from this
 process; the attackers run in a third process (niced, so that on a small machine the figures measure
 the trainer's fairness, not the kernel's), each attack as 4 sessions at once, every one of them
 holding the honest robot's own kind of credential:
@@ -9,7 +9,7 @@ holding the honest robot's own kind of credential:
   * ``oversized``: register, send an observation with an 8 MB instruction (refused), again;
   * ``many``: open 100 sessions each (400 in all, idle once admitted), retry the refused ones.
 Reported per phase: the honest robot's observation -> action round trip (median, p99, on the
-agent's clock), its holds, and the target: p99 within 2x the quiet p99 + 10 ms, and no holds.
+agent's clock, late answers included), its holds, and the target: p99 within 2x the quiet p99 + 10 ms, and no holds.
 
     python benchmarks/link_fairness.py [--seconds 10] [--out FILE]   (benchmarks/link_hardening.py runs it too)
 """
@@ -40,17 +40,21 @@ ATTACKS = ("malformed", "oversized", "many")
 SESSIONS = 4
 
 
-def twin_spec() -> pb.EnvSpec:
-    """The honest twin's spec, as it registers it (so that attackers fit the dataset's schema)."""
+def twin_env_spec():
+    """The honest twin's spec, as it registers it: the run's schema, which the attackers fit."""
     from robot_agent.config import AgentConfig
     from robot_agent.control_loop import spec_sent
     from robot_agent.drivers import make_driver
 
     driver = make_driver("sim-twin", dict(TWIN))
     try:
-        return link_codec.spec_to_proto(spec_sent(driver.spec, AgentConfig()))
+        return spec_sent(driver.spec, AgentConfig())
     finally:
         driver.close()
+
+
+def twin_spec() -> pb.EnvSpec:
+    return link_codec.spec_to_proto(twin_env_spec())
 
 
 def register(robot_id: str, spec: pb.EnvSpec) -> pb.AgentMessage:
@@ -127,7 +131,9 @@ def run(seconds: float) -> dict:
     """Quiet, then each attack for ``seconds``: the honest robot's figures per phase."""
     port = free_port()
     workdir = Path(tempfile.mkdtemp(prefix="rlinf-fairness-"))
-    trainer = start_trainer(port, workdir / "dataset")
+    schema = workdir / "twin_spec.json"  # data.features: the run's schema, as a lab would set it
+    schema.write_text(json.dumps(twin_env_spec().to_dict()))
+    trainer = start_trainer(port, workdir / "dataset", f"data.features={schema}")
     agent = start_agent(port, workdir / "spool", driver={"max_episode_steps": 2000})
     results: dict = {"honest": "sim-twin, 2 x 64x64 JPEG, 20 Hz", "attack_sessions": SESSIONS,
                      "seconds_per_phase": seconds, "phases": {}}  # fmt: skip

@@ -119,16 +119,17 @@ def free_port() -> int:
 def start_trainer(port: int, record_dir: Path, *overrides: str) -> subprocess.Popen:
     command = [sys.executable, "-m", "trainer.cli", "serve", "--insecure", "server.host=127.0.0.1",
                f"server.port={port}", f"data.record_dir={record_dir}", "collect.policy=hold", *overrides]  # fmt: skip
-    trainer = subprocess.Popen(
-        command, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True
-    )
+    # Its log goes to a file: an unread pipe fills up (64 KB) and then blocks the trainer's loop.
+    log_file = (record_dir.parent / "trainer.log").open("w")
+    trainer = subprocess.Popen(command, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=log_file, text=True)
+    log_file.close()
     deadline = time.monotonic() + 60
     while time.monotonic() < deadline:
         with socket.socket() as sock:
             if sock.connect_ex(("127.0.0.1", port)) == 0:
                 return trainer
         if trainer.poll() is not None:
-            raise SystemExit(f"the trainer exited: {trainer.stderr.read()[-2000:]}")
+            raise SystemExit(f"the trainer exited: {(record_dir.parent / 'trainer.log').read_text()[-2000:]}")
         time.sleep(0.2)
     raise SystemExit("the trainer did not listen within 60 s")
 

@@ -26,6 +26,7 @@ MAX_VERSION_CHARS = 64
 MAX_SAFETY_EVENTS = 32  # per transition
 MAX_UNACKED_EPISODES = 10_000  # spooled episodes one registration may list
 TRANSPORT_BYTES = 32 * 1024 * 1024  # the link's message limit (link_codec.MAX_MESSAGE_BYTES)
+UPLOAD_PART_BYTES = 4 * 1024 * 1024  # the most an agent packs into one episode-upload part
 
 _P = "rlinf.link.v1."
 LIMITS: dict[str, int | tuple[int, int]] = {

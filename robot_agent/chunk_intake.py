@@ -68,6 +68,7 @@ class ChunkIntake:
             max_age_ms = min(max_age_ms, msg.max_age_ms)
         age_ms = (time.monotonic_ns() - answered.sent_mono_ns) / 1e6
         if age_ms > max_age_ms:
+            self.stats.round_trip_ms.append(age_ms)  # a late answer is a round trip too
             if labelled:
                 return None
             return self._reject(
@@ -76,6 +77,7 @@ class ChunkIntake:
         try:
             self.queue.accept(chunk, msg.obs_seq, answered.next_tick)
         except StaleChunk as exc:
+            self.stats.round_trip_ms.append(age_ms)  # answered, but after its ticks
             return None if labelled else self._reject("stale_action", str(exc))
         self.policy_version = msg.policy_version  # the queue now plays this chunk (or blends into it)
         self.stats.chunks_accepted += 1

@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from protos.env_spec import LINK_DOWNSCALES
-from protos.field_limits import robot_id_problem
+from protos.field_limits import UPLOAD_PART_BYTES, robot_id_problem
 from protos.user_error import UserError
 from robot_agent.safety import SafetyConfig
 
@@ -44,7 +44,7 @@ class LinkConfig:
     reconnect_initial_s: float = 0.2  # first wait before reconnecting (doubles, jittered)
     reconnect_max_s: float = 5.0  # longest wait between reconnects
     max_outbox_observations: int = 8  # live observations waiting to be sent; older ones are skipped
-    upload_part_bytes: int = 4 * 1024 * 1024  # a spooled episode is uploaded in parts of about this size
+    upload_part_bytes: int = UPLOAD_PART_BYTES  # a spooled episode is uploaded in parts of about this size
     # Raw frames to a trainer on this host go by shared memory (protos/frame_ring.py), in a ring of
     # this many slots (at 30 Hz, 16 slots give the trainer half a second); 0 sends them in-band.
     frame_ring_slots: int = 16
@@ -65,6 +65,10 @@ class LinkConfig:
         if self.frame_ring_slots != 0 and self.frame_ring_slots < 2:
             raise AgentConfigError(
                 f"link.frame_ring_slots must be 0 (off) or >= 2, got {self.frame_ring_slots}"
+            )
+        if not 64 * 1024 <= self.upload_part_bytes <= UPLOAD_PART_BYTES:
+            raise AgentConfigError(  # a trainer that knows its run's schema receives no bigger part
+                f"link.upload_part_bytes must be 64 KiB to {UPLOAD_PART_BYTES >> 20} MiB, got {self.upload_part_bytes}"
             )
         if not 1 <= self.jpeg_quality <= 100:
             raise AgentConfigError(f"link.jpeg_quality must be in 1..100, got {self.jpeg_quality}")

@@ -57,7 +57,8 @@ class LoopStats:
     intervened_ticks: int = 0  # ticks where a human's action replaced the policy's
     episodes_ended: int = 0
     episodes_aborted: int = 0
-    # Observation sent -> its chunk accepted, on the agent clock (encode + link + trainer + link).
+    # Observation sent -> its chunk received (accepted or too late), on the agent clock (encode +
+    # link + trainer + link).
     round_trip_ms: collections.deque = field(default_factory=lambda: collections.deque(maxlen=100_000))
     encode_ms: collections.deque = field(default_factory=lambda: collections.deque(maxlen=100_000))
     # Each entry into hold: (monotonic time, reason, the watchdog deadline in force at that moment).

@@ -27,6 +27,7 @@ from protos.env_spec import CameraSpec, EnvSpec, StateField, ee_delta_action_spa
 from protos.episode_frames import features_of
 from tests.integration.link_harness import NO_PENALTY, TWIN, RawClient, start_agent, wait_until
 from tests.integration.test_link_hardening import observation, register, small_spec, transition
+from trainer.server.admission import transport_limit
 from trainer.server.auth import ServerAuthConfig
 from trainer.server.episodes import RobotEpisode
 from trainer.server.link_budgets import LinkLimits
@@ -37,9 +38,15 @@ pytestmark = pytest.mark.slow
 ROOT = Path(__file__).resolve().parents[2]
 
 
-def serve(limits: LinkLimits | None = None, sink=None, token: str | None = None) -> LinkServerThread:
+def serve(
+    limits: LinkLimits | None = None,
+    sink=None,
+    token: str | None = None,
+    max_message_bytes: int | None = None,
+) -> LinkServerThread:
     auth = ServerAuthConfig(insecure=True, token=token)
-    config = LinkServerConfig(host="127.0.0.1", port=0, auth=auth, limits=limits or LinkLimits())
+    config = LinkServerConfig(host="127.0.0.1", port=0, auth=auth, limits=limits or LinkLimits(),
+                              max_message_bytes=max_message_bytes or link_codec.MAX_MESSAGE_BYTES)  # fmt: skip
     return LinkServerThread(LinkServer(config, sink=sink)).start()
 
 
@@ -215,11 +222,12 @@ def test_connections_that_never_register_or_never_speak_are_closed():
 
 
 # -- 4. fair service --------------------------------------------------------------------------------
-@pytest.mark.parametrize("attack", ["malformed", "oversized"])
+@pytest.mark.parametrize("attack", ["malformed", "oversized", "many"])
 def test_an_honest_robot_does_not_hold_while_others_flood_the_trainer(attack, tmp_path):
     """Four sessions from another process (benchmarks/link_fairness.py's attackers) reconnect and send
-    bad frames or 8 MB instructions as fast as they can; the honest twin never misses a tick."""
-    served = serve()
+    bad frames or 8 MB instructions as fast as they can, or open 400 sessions; the honest twin never
+    misses a tick. The link is sized by the run's schema (the twin's), as serve sizes it."""
+    served = serve(max_message_bytes=transport_limit(twin_spec_features()))
     honest = start_agent(served.server.port, tmp_path / "spool", driver={"max_episode_steps": 400})
     attackers = None
     try:
@@ -255,6 +263,50 @@ async def _drive(session, steps: int) -> None:
     from tests.integration.link_harness import answer_episode
 
     await answer_episode(session, steps, lambda i, obs: [[0.0] * 6 + [1.0]])
+
+
+def test_a_message_past_the_runs_schema_is_refused_by_grpc_before_python_reads_it(caplog):
+    """An 8 MB observation costs the shared loop ~20 ms to copy into Python: with the run's schema
+    known, gRPC refuses it from its length prefix and the link server never sees it."""
+    limit = transport_limit(twin_spec_features())
+    assert field_limits.UPLOAD_PART_BYTES < limit < 5 << 20  # an upload part and a twin observation
+    assert transport_limit(None) == link_codec.MAX_MESSAGE_BYTES  # schema unknown: the link's limit
+    served = serve(NO_PENALTY, max_message_bytes=limit)
+    try:
+        with caplog.at_level(logging.INFO):
+            code, details = ended(
+                served.server.port, register(), observation(1, 0, instruction="x" * (8 << 20))
+            )
+        assert code == grpc.StatusCode.RESOURCE_EXHAUSTED and f"vs. {limit}" in details, details
+        assert not [r for r in caplog.records if "sent a bad message" in r.getMessage()]  # never parsed
+        assert ended(served.server.port, register("small"), observation(1, 0, instruction="x" * 5000))[0] == (
+            grpc.StatusCode.INVALID_ARGUMENT  # within the transport's limit: parsed and named as before
+        )
+    finally:
+        served.stop()
+
+
+def test_what_start_up_built_is_out_of_the_collectors_walk():
+    """A full collection over torch's, the policy's and gRPC's objects stopped the loop 30-110 ms."""
+    served = serve()
+    try:
+        assert gc.get_freeze_count() > 10_000
+    finally:
+        served.stop()
+
+
+def test_serve_sizes_the_link_by_the_runs_schema(tmp_path):
+    from trainer.server.config import load_serve_config
+    from trainer.server.link_hosting import link_config
+
+    spec = small_spec()
+    (tmp_path / "spec.json").write_text(json.dumps(link_codec.spec_from_proto(spec).to_dict()))
+    config = load_serve_config(None, ["server.insecure=true", f"data.record_dir={tmp_path / 'ds'}",
+                                      f"data.features={tmp_path / 'spec.json'}"])  # fmt: skip
+    assert link_config(config).max_message_bytes == transport_limit(
+        features_of(link_codec.spec_from_proto(spec))
+    )
+    assert link_config(config).max_message_bytes < 5 << 20
 
 
 # -- 5. the dataset's schema is the run's ---------------------------------------------------------

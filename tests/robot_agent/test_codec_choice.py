@@ -244,3 +244,10 @@ def test_bad_codec_settings_are_named(values, message):
 
 def test_auto_is_the_default():
     assert LinkConfig(insecure=True).codec == "auto"
+
+
+@pytest.mark.parametrize("part_bytes", [1024, 8 << 20])
+def test_upload_parts_fit_what_a_trainer_sized_by_its_schema_receives(part_bytes):
+    with pytest.raises(AgentConfigError, match=r"upload_part_bytes must be 64 KiB to 4 MiB"):
+        LinkConfig(insecure=True, upload_part_bytes=part_bytes)
+    assert LinkConfig(insecure=True).upload_part_bytes == 4 << 20

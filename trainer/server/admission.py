@@ -18,6 +18,7 @@ from dataclasses import dataclass
 import grpc
 
 from protos.env_spec import EnvSpec
+from protos.field_limits import TRANSPORT_BYTES, UPLOAD_PART_BYTES
 from protos.link_codec import JPEG_OVERHEAD_BYTES
 
 # What a session buffers, in observations, besides its episodes (``RobotSession.recent``).
@@ -51,6 +52,21 @@ class SessionBudget:
             f"(episodes: {LIVE_EPISODES} live + 1 upload + {STORES_IN_FLIGHT} storing, "
             f"and {RECENT_OBSERVATIONS} recent))"
         )
+
+
+UPLOAD_HEADROOM_BYTES = 256 * 1024  # an upload part's framing and its episode's end event
+
+
+def transport_limit(features: Mapping | None) -> int:
+    """gRPC's receive limit for a run whose dataset schema is ``features`` (``features_of``'s form):
+    an upload part beside the largest observation the schema allows, so a bigger message is refused
+    by gRPC from its length prefix, never copied into Python. Unknown schema: the link's 32 MB."""
+    if features is None:
+        return TRANSPORT_BYTES
+    frames = sum(h * w * 3 + JPEG_OVERHEAD_BYTES for h, w, _ in features["cameras"].values())
+    vectors = 4 * (int(features["observation.state"] or 0) + 3 * int(features["action"] or 0))
+    observation = frames + vectors + OBSERVATION_OVERHEAD_BYTES
+    return min(TRANSPORT_BYTES, UPLOAD_PART_BYTES + observation + UPLOAD_HEADROOM_BYTES)
 
 
 def session_budget(spec: EnvSpec) -> SessionBudget:

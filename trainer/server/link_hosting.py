@@ -11,6 +11,7 @@ from concurrent.futures import Future
 from pathlib import Path
 
 from trainer.configs.errors import ConfigError
+from trainer.server.admission import transport_limit
 from trainer.server.auth import AuthConfigError, ServerAuthConfig, load_robot_tokens
 from trainer.server.config import ServeConfig, run_features
 from trainer.server.judged_episodes import JudgedEpisodes
@@ -44,11 +45,27 @@ def listen_host(server) -> str:
     return server.host or ("127.0.0.1" if server.insecure else "0.0.0.0")
 
 
+def run_schema(config: ServeConfig) -> dict | None:
+    """The run's dataset schema: ``data.features``, else the dataset already at ``data.record_dir``."""
+    import json
+
+    from protos.episode_frames import dataset_features
+
+    features = run_features(config.data)
+    info = Path(config.data.record_dir) / "meta" / "info.json"
+    if features is None and info.is_file():
+        features = dataset_features(json.loads(info.read_text()))
+    return features
+
+
 def link_config(config: ServeConfig) -> LinkServerConfig:
     server = config.server
     return LinkServerConfig(
         host=listen_host(server),
         port=server.port,
+        # With the schema known, a message bigger than its observations and upload parts allow is
+        # refused by gRPC before Python copies it (an 8 MB one costs the shared loop ~20 ms).
+        max_message_bytes=transport_limit(run_schema(config)),
         auth=auth_from(config),
         max_session_bytes=server.max_session_bytes,
         limits=server.link_limits(),

@@ -45,7 +45,7 @@ from trainer.server.link_budgets import (
     SessionCounter,
     clip_text,
 )
-from trainer.server.memory import return_freed_memory, tune_allocator
+from trainer.server.memory import freeze_startup_heap, return_freed_memory, tune_allocator
 from trainer.server.session import ObservationListener, RobotSession
 
 log = logging.getLogger(__name__)
@@ -135,6 +135,7 @@ class LinkServer:
         limit = self.config.max_message_bytes
         limits = self.config.limits
         tune_allocator()
+        freeze_startup_heap()
         gated = (HEALTH_PREFIX,) if self.config.health_requires_token else ()
         self._server = grpc.aio.server(
             interceptors=[TokenGate(self.config.auth, (*gated, REFLECTION_PREFIX))],
