@@ -53,8 +53,10 @@ def save_checkpoint(run_dir: Path, progress: Progress, policy: Policy, algorithm
     if tmp.exists():
         shutil.rmtree(tmp)
     tmp.mkdir(parents=True)
-    policy.save(tmp / POLICY_DIR)
+    # On Ray, state_dict() lands the update in flight and brings the driver's policy to it: both
+    # halves of the checkpoint are the same version.
     state = {"algorithm": to_cpu(algorithm.state_dict()), "rng": rng_state()}  # loads on any machine
+    policy.save(tmp / POLICY_DIR)
     torch.save(state, tmp / "trainer_state.pt")
     if hasattr(algorithm, "save_buffers"):
         algorithm.save_buffers(tmp)

@@ -203,6 +203,7 @@ class Runner:
                 if hasattr(venv, "robot_timing"):  # a sim + robot pool: the robots' ticks it cost
                     metrics.update(venv.robot_timing())
                 if cfg.run.eval_every and progress.iteration % cfg.run.eval_every == 0:
+                    current_policy(algorithm)
                     metrics.update(self._evaluate(policy, progress))
                 logger.log(metrics)
                 if progress.iteration % cfg.run.checkpoint_every == 0:
@@ -223,6 +224,7 @@ class Runner:
             prune_checkpoints(self.run_dir, cfg.run.keep_checkpoints)
         logger.close()
         plot_learning_curve(self.run_dir)
+        current_policy(algorithm)
         venv.close()
         if cfg.run.final_eval_episodes > 0:
             self._final_evaluation(policy, progress)
@@ -296,6 +298,13 @@ class Runner:
             f"over {episodes} episodes{shown}"
         )
         return report
+
+
+def current_policy(algorithm) -> None:
+    """On Ray the driver's policy follows the learner's weights only when asked (``sync_policy``)."""
+    sync = getattr(algorithm, "sync_policy", None)
+    if sync is not None:
+        sync()
 
 
 def source_metrics(venv, finished) -> dict:

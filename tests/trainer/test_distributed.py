@@ -43,7 +43,10 @@ def test_every_placement_trains_ppo_with_the_same_metrics_schema(tmp_path, local
         assert len(rows) == 3 and rows[-1]["env_steps"] == 120
         offloaded = "train/offload_s" in rows[-1]
         assert offloaded == (placement == "collocated")
-        assert set(rows[-1]) - {"train/offload_s"} == set(sequential[-1]), placement
+        ray_only = {"train/offload_s", "train/driver_bytes", "train/trajectory_bytes"}
+        assert set(rows[-1]) - ray_only == set(sequential[-1]), placement
+        # The trajectories go worker to worker: the driver fetches counts and metrics only.
+        assert rows[-1]["train/driver_bytes"] < 0.01 * rows[-1]["train/trajectory_bytes"], placement
         assert rows[-1]["train/policy_loss"] == rows[-1]["train/policy_loss"]  # a number, not NaN
         lags = [row["train/policy_lag"] for row in rows if "train/policy_lag" in row]
         # Pipelined modes collect with the previous weights while the actor updates: one version behind.
@@ -158,3 +161,37 @@ def test_a_tiny_vla_trains_with_ppo_on_ray(tmp_path, local_ray, placement):
     from trainer.checkpoint import POLICY_DIR, latest_checkpoint
 
     assert type(load_policy(latest_checkpoint(tmp_path / placement) / POLICY_DIR)).__name__ == "VLAPolicy"
+
+
+def fetched_by_the_driver(monkeypatch, tmp_path, placement: str, data_plane: str) -> set[str]:
+    """Every type the driver's ``ray.get`` returned during a run (containers opened)."""
+    seen: set[str] = set()
+    real_get = ray.get
+
+    def note(value, depth=0) -> None:
+        seen.add(type(value).__name__)
+        if isinstance(value, list | tuple) and depth < 3:
+            for item in value:
+                note(item, depth + 1)
+
+    def spying_get(refs, *args, **kwargs):
+        value = real_get(refs, *args, **kwargs)
+        note(value)
+        return value
+
+    monkeypatch.setattr(ray, "get", spying_get)
+    run(tmp_path / data_plane, placement, f"cluster.data_plane={data_plane}",
+        "env.kwargs={cameras: [front], image_height: 32, image_width: 32, action_rotation: false, max_episode_steps: 10}",
+        "policy.kind=cnn", "policy.cameras=[front]")  # fmt: skip
+    monkeypatch.undo()
+    return seen
+
+
+@pytest.mark.parametrize("placement", ["collocated", "disaggregated"])
+def test_trajectories_never_reach_the_driver(monkeypatch, tmp_path, local_ray, placement):
+    steps_and_decisions = {"ChunkResult", "Decision"}  # what env and rollout workers return
+    assert steps_and_decisions <= fetched_by_the_driver(
+        monkeypatch, tmp_path, placement, "driver"
+    )  # it bites
+    fetched = fetched_by_the_driver(monkeypatch, tmp_path, placement, "workers")
+    assert not (steps_and_decisions | {"OnPolicyBatch", "ndarray", "Tensor"}) & fetched, fetched

@@ -7,6 +7,7 @@ from typing import Any
 
 PLACEMENTS = ("sequential", "collocated", "disaggregated", "hybrid", "auto")
 ROLES = ("env", "rollout", "actor")
+DATA_PLANES = ("workers", "driver")
 
 
 @dataclass
@@ -38,7 +39,14 @@ class ClusterConfig:
     # collocated on-policy: the phase that is not running keeps its model (and the actor its optimiser
     # state) in host memory, so each phase has the GPU's memory to itself
     offload: bool = False
+    # on-policy: where an iteration's trajectories go. workers: env and rollout results reach the
+    # actor by reference through Ray's object store, and the weights the rollout worker the same way
+    # (the driver sees references and metrics); driver: every result comes back to the driver, which
+    # builds the batch and sends it out again (the old path, kept to measure against)
+    data_plane: str = "workers"
 
     def __post_init__(self) -> None:
+        if self.data_plane not in DATA_PLANES:
+            raise ValueError(f"cluster.data_plane must be one of {DATA_PLANES}, got {self.data_plane!r}")
         if self.placement not in PLACEMENTS:
             raise ValueError(f"cluster.placement must be one of {PLACEMENTS}, got {self.placement!r}")

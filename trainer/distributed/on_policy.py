@@ -8,8 +8,13 @@ One iteration, read top to bottom:
 2. For each decision ``t`` and stage ``k`` the loop submits ``rollout.act(previous_k)`` and
    ``env_k.step(that act)``. Ray runs each call as soon as its input exists, so while the rollout
    worker infers for stage ``k`` the envs of the other stages step: the pipeline.
-3. The driver gathers the decisions into one :class:`~trainer.algorithms.common.OnPolicyBatch`.
-4. The actor updates on it. With ``policy_lag=1`` the update runs while the next iteration collects
+3. The actor gathers the decisions into one :class:`~trainer.algorithms.common.OnPolicyBatch`
+   (``ActorWorker.ingest``): the calls' results go to it by reference, worker to worker through
+   Ray's object store, and the driver receives only the iteration's counts and episode summaries.
+   (``cluster.data_plane=driver``: the driver fetches every result and builds the batch itself.)
+4. The actor updates on it; its new weights go to the rollout worker by reference too, and reach
+   the driver's copy of the policy only when it is needed (evaluation, checkpoints:
+   :meth:`RayOnPolicy.sync_policy`). With ``policy_lag=1`` the update runs while the next iteration collects
    with the previous weights; the new weights reach the rollout worker after that collection's
    calls, so the lag is exactly one version and is reported as ``train/policy_lag``.
 
@@ -27,6 +32,7 @@ import ray
 from ray.exceptions import RayActorError, RayTaskError
 
 from trainer.algorithms.common import IterationResult, TrajectoryBuilder, concat_batches
+from trainer.distributed.payload import DriverLedger, payload_bytes
 from trainer.distributed.placement import PlacementPlan
 from trainer.distributed.worker_group import WorkerGroup
 from trainer.distributed.workers import ActorWorker
@@ -51,6 +57,8 @@ class RayOnPolicy(WorkerGroup):
             self._reset_seeds(algo_config, 0, train_config.env.num_envs)
         super().__init__(plan, train_config, policy)
         self.cameras = policy.cameras
+        self.data_plane = train_config.cluster.data_plane
+        self.ledger = DriverLedger()  # bytes the driver fetched: train/driver_bytes
         self._start_learner(ActorWorker, train_config, algo_config)
         if plan.offload:
             ray.get(self.actor.offload.remote())  # collection goes first
@@ -97,25 +105,27 @@ class RayOnPolicy(WorkerGroup):
         if self._pending is not None:  # publish the previous update after this collection's calls
             update_metrics = self._publish(self._pending)
             self._pending = None
-        batches, versions = [], []
-        for k in stages:
-            reset_obs = ray.get(first[k])
-            stage_acts, stage_steps, final = ray.get(acts[k]), ray.get(steps[k]), ray.get(finals[k])
-            trajectory = TrajectoryBuilder(self.envs_per_stage, self.cameras)
-            obs = reset_obs
-            for t, (decision, result) in enumerate(zip(stage_acts, stage_steps)):
-                boot = stage_acts[t + 1].bootstrap if t + 1 < len(stage_acts) else final
-                trajectory.add(obs, decision.output, result, boot)
-                obs = result.obs
-                versions.append(decision.version)
-            batches.append(trajectory.build(obs))
-        collect_s = time.perf_counter() - tick
-        batch = concat_batches(batches)
-        if self.plan.offload:  # the rollout's model leaves the device before the actor's arrives
-            moves.append(self.rollout.offload.remote())
-            ray.get(moves[-1])
-            moves.append(self.actor.onload.remote())
-        update = self.actor.update.remote(batch, min(versions))
+        if self.data_plane == "workers":
+            refs = [ref for k in stages for ref in (first[k], *acts[k], *steps[k], finals[k])]
+            ingested = self.actor.ingest.remote(self.envs_per_stage, self.cameras, self.decisions, *refs)
+            summary = self.ledger.get(ingested)
+            env_steps, finished = summary["env_steps"], summary["finished"]
+            collect_s = time.perf_counter() - tick
+            if self.plan.offload:  # the rollout's model leaves the device before the actor's arrives
+                moves.append(self.rollout.offload.remote())
+                ray.get(moves[-1])
+                moves.append(self.actor.onload.remote())
+            update = self.actor.update_ingested.options(num_returns=2).remote()
+        else:
+            batch, min_version = self._gather_on_driver(first, acts, steps, finals)
+            summary = {"trajectory_bytes": payload_bytes(batch)}
+            env_steps, finished = batch.env_steps, batch.finished
+            collect_s = time.perf_counter() - tick
+            if self.plan.offload:
+                moves.append(self.rollout.offload.remote())
+                ray.get(moves[-1])
+                moves.append(self.actor.onload.remote())
+            update = self.actor.update.remote(batch, min_version)
         if self.plan.offload:
             moves.append(self.actor.offload.remote())
         if self.plan.policy_lag == 0:
@@ -125,7 +135,26 @@ class RayOnPolicy(WorkerGroup):
         update_metrics["collect_s"] = collect_s
         if moves:
             update_metrics["offload_s"] = float(sum(ray.get(moves)))
-        return IterationResult(batch.env_steps, batch.finished, update_metrics)
+        update_metrics["trajectory_bytes"] = float(summary["trajectory_bytes"])
+        update_metrics["driver_bytes"] = float(self.ledger.take())
+        return IterationResult(env_steps, finished, update_metrics)
+
+    def _gather_on_driver(self, first, acts, steps, finals):
+        """``data_plane=driver``: fetch every stage's results here and build the batch."""
+        batches, versions = [], []
+        for k in range(self.plan.pipeline_stages):
+            reset_obs = self.ledger.get(first[k])
+            stage_acts, stage_steps = self.ledger.get(acts[k]), self.ledger.get(steps[k])
+            final = self.ledger.get(finals[k])
+            trajectory = TrajectoryBuilder(self.envs_per_stage, self.cameras)
+            obs = reset_obs
+            for t, (decision, result) in enumerate(zip(stage_acts, stage_steps)):
+                boot = stage_acts[t + 1].bootstrap if t + 1 < len(stage_acts) else final
+                trajectory.add(obs, decision.output, result, boot)
+                obs = result.obs
+                versions.append(decision.version)
+            batches.append(trajectory.build(obs))
+        return concat_batches(batches), min(versions)
 
     def stage_seeds(self, seed: int, stage: int) -> list[int] | None:
         if self._reset_seeds is None:
@@ -133,14 +162,22 @@ class RayOnPolicy(WorkerGroup):
         seeds = self._reset_seeds(self.algo_config, seed, self.num_envs)
         return seeds[stage * self.envs_per_stage : (stage + 1) * self.envs_per_stage]
 
-    def _publish(self, update_ref) -> dict:
-        metrics, weights, version = ray.get(update_ref)
+    def _publish(self, update) -> dict:
+        """The update's weights to the rollout worker: by reference (``workers``), or through here."""
+        if isinstance(update, list):  # update_ingested's two returns: (metrics, version), weights
+            info, weights = update
+            metrics, version = self.ledger.get(info)
+            ray.get(self.rollout.set_weights.remote(weights, version))
+            self._driver_weights = weights
+            return metrics
+        metrics, weights, version = self.ledger.get(update)
         ray.get(self.rollout.set_weights.remote(weights, version))
         self.policy.load_state_dict(weights)
         return metrics
 
     def state_dict(self) -> dict:
         self.flush()
+        self.sync_policy()
         return ray.get(self.actor.state.remote())
 
     def load_state_dict(self, state: dict) -> None:

@@ -67,6 +67,7 @@ class WorkerGroup:
             .remote(self._spec, self._policy_cfg, self._cpus("rollout"), plan.cores("rollout"))
         )
         self.actor = None
+        self._driver_weights = None  # the newest published weights' ref, fetched by sync_policy
 
     def _cpus(self, role: str) -> float:
         return self.plan.share(role).get("CPU", 1.0)
@@ -105,9 +106,18 @@ class WorkerGroup:
         }
 
     def _sync_rollout(self) -> None:
-        weights, version = ray.get(self.actor.weights.remote())
+        """The learner's weights to the rollout worker by reference (one object, never through here)."""
+        weights, version = self.actor.weights.options(num_returns=2).remote()
         ray.get(self.rollout.set_weights.remote(weights, version))
-        self.policy.load_state_dict(weights)
+        self._driver_weights = weights
+        self.sync_policy()
+
+    def sync_policy(self) -> None:
+        """Bring the driver's copy of the policy to the newest published weights (for evaluation and
+        checkpoints; the loop itself never needs it)."""
+        if self._driver_weights is not None:
+            self.policy.load_state_dict(ray.get(self._driver_weights))
+            self._driver_weights = None
 
     def busy_seconds(self) -> dict[str, dict[str, float]]:
         """Per role, the wall and CPU seconds spent inside work calls so far (env: summed over stages)."""
