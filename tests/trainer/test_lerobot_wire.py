@@ -262,3 +262,32 @@ def test_the_serve_config_names_a_bad_lerobot_setting(tmp_path):
         )
     with pytest.raises(ConfigError, match=r"lerobot\.port serves eval\.policy_path"):
         load_serve_config(None, ["lerobot.port=8080"])
+
+
+def test_a_robot_standing_still_is_answered_again_after_the_queue_timeout():
+    """LeRobot's rule skips a state that did not move unless ``must_go``; a robot whose one
+    ``must_go`` observation went unanswered would otherwise starve."""
+    import time
+
+    import torch
+
+    from policies.config import PolicyConfig
+    from policies.factory import make_policy
+    from trainer.server.lerobot_server import RobotClientState
+    from trainer.server.policy_driver import PolicyDriver
+
+    torch.manual_seed(0)
+    driver = PolicyDriver(make_policy(SPEC, PolicyConfig(kind="mlp", hidden_sizes=[8])))
+    server = LerobotPolicyServer(driver, LerobotMapping({}), "127.0.0.1", 0, obs_queue_timeout_s=2.0)
+    still = np.zeros(3, np.float32)
+    state = RobotClientState(last_state=still, answered_s=time.monotonic())
+    state.answered_steps.append(4)
+    same_step = wire.TimedObservation(0.0, 4, {}, must_go=False)
+    new_step = wire.TimedObservation(0.0, 5, {}, must_go=False)
+    assert not server._worth_answering(state, same_step, still)  # LeRobot's rule: answered already
+    assert not server._worth_answering(state, new_step, still + 0.1)  # moved less than the tolerance
+    assert server._worth_answering(state, new_step, still + 2.0)
+    assert server._worth_answering(state, wire.TimedObservation(0.0, 4, {}, must_go=True), still)
+    state.answered_s -= 2.5  # no chunk for longer than the queue timeout
+    assert server._worth_answering(state, same_step, still)
+    driver.close()

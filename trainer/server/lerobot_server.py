@@ -173,6 +173,7 @@ class RobotClientState:
     latest: asyncio.Queue = field(default_factory=lambda: asyncio.Queue(maxsize=1))
     answered_steps: deque = field(default_factory=lambda: deque(maxlen=REMEMBERED_STEPS))
     last_state: np.ndarray | None = None
+    answered_s: float = 0.0  # when it last got a chunk (monotonic)
     seen_s: float = field(default_factory=time.monotonic)
 
 
@@ -288,8 +289,13 @@ class LerobotPolicyServer:
     def _worth_answering(
         self, state: RobotClientState, timed: TimedObservation, robot_state: np.ndarray
     ) -> bool:
-        """LeRobot's server's rule: an empty queue on the robot, else a new step that moved enough."""
+        """LeRobot's server's rule: an empty queue on the robot, else a new step that moved enough;
+        and ours: a robot that got no chunk for ``obs_queue_timeout_s`` is answered whatever it sends
+        (LeRobot's client sends ``must_go`` once per chunk received: were that one observation
+        skipped or lost, a robot standing still would never be answered again)."""
         if timed.must_go or state.last_state is None:
+            return True
+        if time.monotonic() - state.answered_s > self.obs_queue_timeout_s:
             return True
         if timed.timestep in state.answered_steps:
             return False
@@ -302,7 +308,7 @@ class LerobotPolicyServer:
         except TimeoutError:
             return MESSAGES["Actions"]()  # LeRobot's client asks again
         state.answered_steps.append(timed.timestep)
-        state.last_state = obs["state"]
+        state.last_state, state.answered_s = obs["state"], time.monotonic()
         chunk = (await self.driver.act_async(obs))[: state.setup.actions_per_chunk]
         dt = 1.0 / self.driver.policy.spec.control_hz
         self.answered += 1
