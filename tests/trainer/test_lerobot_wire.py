@@ -41,18 +41,13 @@ def helpers(monkeypatch):
         device: str = "cpu"
         rename_map: dict = field(default_factory=dict)
 
-    @dataclass
-    class TimedObservation:
-        timestamp: float
-        timestep: int
-        observation: dict
-        must_go: bool = False
+    from benchmarks.peers import (
+        lerobot_peer,  # the same two records, as the link benchmark's peer writes them
+    )
 
-    @dataclass
-    class TimedAction:
-        timestamp: float
-        timestep: int
-        action: object
+    # Subclasses under LeRobot's names (the peer's own classes stay as they are).
+    TimedObservation = type("TimedObservation", (lerobot_peer.TimedObservation,), {})
+    TimedAction = type("TimedAction", (lerobot_peer.TimedAction,), {})
 
     for cls in (RemotePolicyConfig, TimedObservation, TimedAction):
         cls.__module__, cls.__qualname__ = wire.HELPERS, cls.__name__
