@@ -31,11 +31,11 @@ import time
 import ray
 from ray.exceptions import RayActorError, RayTaskError
 
-from trainer.algorithms.common import IterationResult, TrajectoryBuilder, concat_batches
-from trainer.distributed.payload import DriverLedger, payload_bytes
+from trainer.algorithms.common import IterationResult
+from trainer.distributed.payload import DriverLedger
 from trainer.distributed.placement import PlacementPlan
 from trainer.distributed.worker_group import WorkerGroup
-from trainer.distributed.workers import ActorWorker
+from trainer.distributed.workers import ActorWorker, build_batch
 
 log = logging.getLogger(__name__)
 
@@ -105,27 +105,21 @@ class RayOnPolicy(WorkerGroup):
         if self._pending is not None:  # publish the previous update after this collection's calls
             update_metrics = self._publish(self._pending)
             self._pending = None
+        refs = [ref for k in stages for ref in (first[k], *acts[k], *steps[k], finals[k])]
+        layout = (self.envs_per_stage, self.cameras, self.decisions)
+        if self.data_plane == "workers":  # the results go to the actor, which builds the batch
+            summary = self.ledger.get(self.actor.ingest.remote(*layout, *refs))
+        else:  # the old path: every result through here, and the batch out again
+            batch, summary = build_batch(*layout, *self.ledger.get(refs))
+        collect_s = time.perf_counter() - tick
+        if self.plan.offload:  # the rollout's model leaves the device before the actor's arrives
+            moves.append(self.rollout.offload.remote())
+            ray.get(moves[-1])
+            moves.append(self.actor.onload.remote())
         if self.data_plane == "workers":
-            refs = [ref for k in stages for ref in (first[k], *acts[k], *steps[k], finals[k])]
-            ingested = self.actor.ingest.remote(self.envs_per_stage, self.cameras, self.decisions, *refs)
-            summary = self.ledger.get(ingested)
-            env_steps, finished = summary["env_steps"], summary["finished"]
-            collect_s = time.perf_counter() - tick
-            if self.plan.offload:  # the rollout's model leaves the device before the actor's arrives
-                moves.append(self.rollout.offload.remote())
-                ray.get(moves[-1])
-                moves.append(self.actor.onload.remote())
             update = self.actor.update_ingested.options(num_returns=2).remote()
         else:
-            batch, min_version = self._gather_on_driver(first, acts, steps, finals)
-            summary = {"trajectory_bytes": payload_bytes(batch)}
-            env_steps, finished = batch.env_steps, batch.finished
-            collect_s = time.perf_counter() - tick
-            if self.plan.offload:
-                moves.append(self.rollout.offload.remote())
-                ray.get(moves[-1])
-                moves.append(self.actor.onload.remote())
-            update = self.actor.update.remote(batch, min_version)
+            update = self.actor.update.remote(batch, summary["min_version"])
         if self.plan.offload:
             moves.append(self.actor.offload.remote())
         if self.plan.policy_lag == 0:
@@ -137,24 +131,7 @@ class RayOnPolicy(WorkerGroup):
             update_metrics["offload_s"] = float(sum(ray.get(moves)))
         update_metrics["trajectory_bytes"] = float(summary["trajectory_bytes"])
         update_metrics["driver_bytes"] = float(self.ledger.take())
-        return IterationResult(env_steps, finished, update_metrics)
-
-    def _gather_on_driver(self, first, acts, steps, finals):
-        """``data_plane=driver``: fetch every stage's results here and build the batch."""
-        batches, versions = [], []
-        for k in range(self.plan.pipeline_stages):
-            reset_obs = self.ledger.get(first[k])
-            stage_acts, stage_steps = self.ledger.get(acts[k]), self.ledger.get(steps[k])
-            final = self.ledger.get(finals[k])
-            trajectory = TrajectoryBuilder(self.envs_per_stage, self.cameras)
-            obs = reset_obs
-            for t, (decision, result) in enumerate(zip(stage_acts, stage_steps)):
-                boot = stage_acts[t + 1].bootstrap if t + 1 < len(stage_acts) else final
-                trajectory.add(obs, decision.output, result, boot)
-                obs = result.obs
-                versions.append(decision.version)
-            batches.append(trajectory.build(obs))
-        return concat_batches(batches), min(versions)
+        return IterationResult(summary["env_steps"], summary["finished"], update_metrics)
 
     def stage_seeds(self, seed: int, stage: int) -> list[int] | None:
         if self._reset_seeds is None:

@@ -1,5 +1,5 @@
-"""How many bytes of arrays an object carries: what a ``ray.get`` or ``ray.put`` on the driver
-moves through the driver process (``train/driver_bytes``), and what a rollout's trajectory weighs
+"""How many bytes of arrays an object carries: what a ``ray.get`` on the driver moves through the
+driver process (``train/driver_bytes``), and what a rollout's trajectory weighs
 (``train/trajectory_bytes``). Arrays and tensors count their buffers; containers, dataclasses and
 plain objects count what they hold; numbers and text count nothing."""
 

@@ -18,8 +18,9 @@ import torch
 from torch import nn
 
 from protos import EnvSpec
-from trainer.algorithms.common import bootstrap_values
+from trainer.algorithms.common import TrajectoryBuilder, bootstrap_values, concat_batches
 from trainer.devices import CPU, optimizer_to, release_cached_memory, to_cpu, worker_device
+from trainer.distributed.payload import payload_bytes
 
 
 class Stopwatch:
@@ -203,9 +204,6 @@ def build_batch(envs_per_stage: int, cameras: list[str], decisions: int, *stages
     """An iteration's batch from its stages' results: ``stages`` is, per stage, its reset
     observation, ``decisions`` decisions, ``decisions`` step results and the final bootstrap.
     Returns (batch, what the driver reports)."""
-    from trainer.algorithms.common import TrajectoryBuilder, concat_batches
-    from trainer.distributed.payload import payload_bytes
-
     per_stage = 2 * decisions + 2
     batches, versions = [], []
     for k in range(len(stages) // per_stage):
