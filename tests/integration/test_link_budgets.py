@@ -297,16 +297,15 @@ def test_what_start_up_built_is_out_of_the_collectors_walk():
 
 def test_serve_sizes_the_link_by_the_runs_schema(tmp_path):
     from trainer.server.config import load_serve_config
-    from trainer.server.link_hosting import link_config
+    from trainer.server.link_hosting import HostedLink
 
     spec = small_spec()
     (tmp_path / "spec.json").write_text(json.dumps(link_codec.spec_from_proto(spec).to_dict()))
-    config = load_serve_config(None, ["server.insecure=true", f"data.record_dir={tmp_path / 'ds'}",
-                                      f"data.features={tmp_path / 'spec.json'}"])  # fmt: skip
-    assert link_config(config).max_message_bytes == transport_limit(
-        features_of(link_codec.spec_from_proto(spec))
-    )
-    assert link_config(config).max_message_bytes < 5 << 20
+    config = load_serve_config(None, ["server.insecure=true", "server.port=0", f"data.record_dir={tmp_path / 'ds'}",
+                                      f"log_dir={tmp_path / 'tb'}", f"data.features={tmp_path / 'spec.json'}"])  # fmt: skip
+    with HostedLink(config) as hosted:
+        limit = hosted.server.config.max_message_bytes
+    assert limit == transport_limit(features_of(link_codec.spec_from_proto(spec))) and limit < 5 << 20
 
 
 # -- 5. the dataset's schema is the run's ---------------------------------------------------------

@@ -45,27 +45,25 @@ def listen_host(server) -> str:
     return server.host or ("127.0.0.1" if server.insecure else "0.0.0.0")
 
 
-def run_schema(config: ServeConfig) -> dict | None:
-    """The run's dataset schema: ``data.features``, else the dataset already at ``data.record_dir``."""
+def recorded_features(config: ServeConfig) -> dict | None:
+    """The features of the dataset already at ``data.record_dir`` (None when it is empty)."""
     import json
 
     from protos.episode_frames import dataset_features
 
-    features = run_features(config.data)
     info = Path(config.data.record_dir) / "meta" / "info.json"
-    if features is None and info.is_file():
-        features = dataset_features(json.loads(info.read_text()))
-    return features
+    return dataset_features(json.loads(info.read_text())) if info.is_file() else None
 
 
-def link_config(config: ServeConfig) -> LinkServerConfig:
+def link_config(config: ServeConfig, schema: dict | None = None) -> LinkServerConfig:
+    """The link server's config; ``schema``, the run's dataset features when known, sizes gRPC's limit."""
     server = config.server
     return LinkServerConfig(
         host=listen_host(server),
         port=server.port,
         # With the schema known, a message bigger than its observations and upload parts allow is
         # refused by gRPC before Python copies it (an 8 MB one costs the shared loop ~20 ms).
-        max_message_bytes=transport_limit(run_schema(config)),
+        max_message_bytes=transport_limit(schema),
         auth=auth_from(config),
         max_session_bytes=server.max_session_bytes,
         limits=server.link_limits(),
@@ -128,11 +126,12 @@ class HostedLink:
         self.config = config
         features = run_features(config.data)
         sink = LeRobotEpisodeSink(config.data.record_dir, config.data.video_format(), judged, features)
-        if features is None and not (Path(config.data.record_dir) / "meta" / "info.json").is_file():
+        schema = features or recorded_features(config)  # the run's schema: it sizes the link
+        if schema is None:
             log.warning("data.features is unset and %s is empty: the first robot to register fixes the "
                         "dataset's cameras and state (set data.features to an env spec or a dataset to "
                         "fix them)", config.data.record_dir)  # fmt: skip
-        self.server = LinkServer(link_config(config), sink=sink, on_session=on_session)
+        self.server = LinkServer(link_config(config, schema), sink=sink, on_session=on_session)
         self.thread = LinkServerThread(self.server).start()
         self.loop = self.thread.loop
         self.stop_event = asyncio.Event()  # waited on only on the link's loop; set through stop()
