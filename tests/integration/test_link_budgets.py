@@ -222,10 +222,10 @@ def test_connections_that_never_register_or_never_speak_are_closed():
 
 
 # -- 4. fair service --------------------------------------------------------------------------------
-@pytest.mark.parametrize("attack", ["malformed", "oversized", "many"])
+@pytest.mark.parametrize("attack", ["malformed", "oversized"])
 def test_an_honest_robot_does_not_hold_while_others_flood_the_trainer(attack, tmp_path):
     """Four sessions from another process (benchmarks/link_fairness.py's attackers) reconnect and send
-    bad frames or 8 MB instructions as fast as they can, or open 400 sessions; the honest twin never
+    bad frames or 8 MB instructions as fast as they can; the honest twin never
     misses a tick. The link is sized by the run's schema (the twin's), as serve sizes it."""
     served = serve(max_message_bytes=transport_limit(twin_spec_features()))
     honest = start_agent(served.server.port, tmp_path / "spool", driver={"max_episode_steps": 400})
