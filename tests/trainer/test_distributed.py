@@ -43,7 +43,7 @@ def test_every_placement_trains_ppo_with_the_same_metrics_schema(tmp_path, local
         assert len(rows) == 3 and rows[-1]["env_steps"] == 120
         offloaded = "train/offload_s" in rows[-1]
         assert offloaded == (placement == "collocated")
-        ray_only = {"train/offload_s", "train/driver_bytes", "train/trajectory_bytes"}
+        ray_only = {"train/offload_s", "train/driver_bytes", "train/trajectory_bytes", "train/update_cpu_s"}
         assert set(rows[-1]) - ray_only == set(sequential[-1]), placement
         # The trajectories go worker to worker: the driver fetches counts and metrics only.
         assert rows[-1]["train/driver_bytes"] < 0.01 * rows[-1]["train/trajectory_bytes"], placement

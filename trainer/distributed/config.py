@@ -8,6 +8,7 @@ from typing import Any
 PLACEMENTS = ("sequential", "collocated", "disaggregated", "hybrid", "auto")
 ROLES = ("env", "rollout", "actor")
 DATA_PLANES = ("workers", "driver")
+SCHEDULES = ("static", "dynamic")
 
 
 @dataclass
@@ -44,9 +45,23 @@ class ClusterConfig:
     # (the driver sees references and metrics); driver: every result comes back to the driver, which
     # builds the batch and sends it out again (the old path, kept to measure against)
     data_plane: str = "workers"
+    # on-policy, pipelined placements: static keeps the plan for the whole run; dynamic re-plans the
+    # env stages in use (up to pipeline_stages) and each role's cores and threads between iterations,
+    # from the CPU seconds each role spent in the last replan_every iterations (logged at each change)
+    schedule: str = "static"
+    replan_every: int = 2  # dynamic: iterations measured before each re-plan
 
     def __post_init__(self) -> None:
         if self.data_plane not in DATA_PLANES:
             raise ValueError(f"cluster.data_plane must be one of {DATA_PLANES}, got {self.data_plane!r}")
         if self.placement not in PLACEMENTS:
             raise ValueError(f"cluster.placement must be one of {PLACEMENTS}, got {self.placement!r}")
+        if self.schedule not in SCHEDULES:
+            raise ValueError(f"cluster.schedule must be one of {SCHEDULES}, got {self.schedule!r}")
+        if self.replan_every < 1:
+            raise ValueError(f"cluster.replan_every must be >= 1, got {self.replan_every}")
+        if self.schedule == "dynamic" and self.placement in ("sequential", "collocated"):
+            raise ValueError(
+                f"cluster.schedule=dynamic re-plans pipelined Ray workers; cluster.placement={self.placement} "
+                "has none (use disaggregated, hybrid or auto)"
+            )

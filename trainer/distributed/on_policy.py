@@ -65,13 +65,48 @@ class RayOnPolicy(WorkerGroup):
         self._pending = None  # the update in flight: (ref of (metrics, weights, version))
         self._flushed: dict = {}  # metrics of an update landed by flush(), not yet reported
         self._sync_rollout()
+        self.scheduler = self.schedule = None
+        if train_config.cluster.schedule == "dynamic":
+            self._start_scheduler(train_config.cluster)
+
+    def _start_scheduler(self, cluster) -> None:
+        from trainer.distributed.scheduler import DynamicScheduler, Schedule
+
+        if self.plan.mode == "collocated":  # auto may choose it: its roles take turns, nothing to move
+            log.info("cluster.schedule=dynamic: collocated roles take turns on every core; schedule kept")
+            return
+        cores = sorted({c for k in range(self.stages) for c in self.plan.cores("env", k) or ()}
+                       | set(self.plan.cores("rollout") or ()) | set(self.plan.cores("actor") or ())) or None  # fmt: skip
+        total = len(cores) if cores else max(1, round(sum(b.get("CPU", 0.0) for b in self.plan.bundles)))
+        self.scheduler = DynamicScheduler(cluster.replan_every, self.num_envs, self.stages, cores, total)
+        placed = {role: self.plan.cores(role) for role in ("env", "rollout", "actor")} if cores else None
+        threads = {
+            "env": 1,
+            "rollout": 1,
+            "actor": max(1, len(self.plan.cores("actor") or ()) or round(self._cpus("actor"))),
+        }
+        self.schedule = Schedule(self.stages, placed, threads)
+
+    def _replan(self, result: IterationResult) -> None:
+        """``cluster.schedule=dynamic``: measure this iteration, and apply a new schedule if one is due."""
+        busy = self.busy_cpu_seconds()
+        self.scheduler.observe(busy, result.metrics.get("update_cpu_s"))
+        proposal = self.scheduler.propose(self.schedule)
+        if proposal is not None:
+            print(f"dynamic schedule: {proposal.describe()}", flush=True)
+            self.apply_schedule(proposal)
+        result.metrics["env_stages"] = float(self.stages)
+        result.metrics["schedule_changes"] = float(self.scheduler.changes)
 
     # -- one iteration --------------------------------------------------------------------------
     def iterate(self, venv, seed: int) -> IterationResult:
         """One iteration; ``venv`` is ignored (it is this object, as the runner sees it)."""
         for attempt in range(1 + self.max_retries):
             try:
-                return self._iterate(seed)
+                result = self._iterate(seed)
+                if self.scheduler is not None:
+                    self._replan(result)
+                return result
             except (RayActorError, RayTaskError) as exc:
                 if attempt == self.max_retries:
                     raise RuntimeError(
@@ -81,11 +116,13 @@ class RayOnPolicy(WorkerGroup):
                             type(exc).__name__)  # fmt: skip
                 self._pending = None  # an update lost with its worker is not waited for
                 self._sync_rollout()  # a restarted rollout worker starts from random weights
+                if self.schedule is not None:  # and a restarted stage from its first plan
+                    self.apply_schedule(self.schedule, force=True)
         raise AssertionError("unreachable")
 
     def _iterate(self, seed: int) -> IterationResult:
         tick = time.perf_counter()
-        stages = range(self.plan.pipeline_stages)
+        stages = range(self.stages)
         previous = [
             env.reset.remote(seed + k * self.envs_per_stage, self.stage_seeds(seed, k))
             for k, env in zip(stages, self.envs)

@@ -72,6 +72,11 @@ def build_distributed(config, policy, algo_config, mode: str | None = None):
             f"cluster.placement={config.cluster.placement} runs {', '.join(RAY_ALGORITHMS)} on Ray workers; "
             f"{config.algorithm!r} runs with cluster.placement=sequential"
         )
+    if config.cluster.schedule == "dynamic" and config.algorithm in OFF_POLICY:
+        raise ConfigError(
+            f"cluster.schedule=dynamic re-plans on-policy runs (ppo, grpo); {config.algorithm!r} keeps "
+            "cluster.schedule=static"
+        )
     ensure_ray(config.cluster)
     mode = mode or config.cluster.placement
     if mode == "auto":

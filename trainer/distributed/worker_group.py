@@ -49,6 +49,7 @@ class WorkerGroup:
         self.plan, self.policy = plan, policy
         self.max_retries = train_config.cluster.max_retries
         self.num_envs = env_cfg.num_envs
+        self.stages = plan.pipeline_stages  # env stages in use (a dynamic schedule may use fewer)
         self.envs_per_stage = env_cfg.num_envs // plan.pipeline_stages
         self.decisions = -(-policy.spec.max_episode_steps // policy.chunk_size)
         self.group = placement_group([dict(b) for b in plan.bundles], strategy="PACK")
@@ -118,6 +119,42 @@ class WorkerGroup:
         if self._driver_weights is not None:
             self.policy.load_state_dict(ray.get(self._driver_weights))
             self._driver_weights = None
+
+    def reconfigure_envs(self, env_kwargs: dict) -> None:
+        """Rebuild every env stage with new env kwargs between iterations (e.g. a curriculum that
+        makes the env costlier as the run goes)."""
+        self._env_args = (self._env_args[0], self._env_args[1], dict(env_kwargs))
+        ray.get(
+            [env.resize.remote(self.envs_per_stage, dict(env_kwargs)) for env in self.envs[: self.stages]]
+        )
+        self._env_sizes = {k: self.envs_per_stage for k in range(self.stages)}
+
+    def apply_schedule(self, schedule, force: bool = False) -> None:
+        """A :class:`~trainer.distributed.scheduler.Schedule`, between iterations: resize the env
+        stages it uses, and move every role to its cores and thread count. The actor may still be
+        updating: its call is queued behind the update and not waited for. ``force``: after a worker
+        restarted (from its first plan), rebuild every stage."""
+        per_stage = self.num_envs // schedule.stages
+        sizes = (
+            {} if force else getattr(self, "_env_sizes", {k: self.envs_per_stage for k in range(self.stages)})
+        )
+        kwargs = self._env_args[2]
+        calls = [self.envs[k].resize.remote(per_stage, kwargs) for k in range(schedule.stages)
+                 if sizes.get(k) != per_stage]  # fmt: skip
+        self._env_sizes = {**sizes, **{k: per_stage for k in range(schedule.stages)}}
+        self.stages, self.envs_per_stage = schedule.stages, per_stage
+        cores = schedule.cores or {}
+        calls += [env.set_cores.remote(cores.get("env"), 1) for env in self.envs[: schedule.stages]]
+        calls.append(self.rollout.set_cores.remote(cores.get("rollout"), schedule.threads["rollout"]))
+        self.actor.set_cores.remote(cores.get("actor"), schedule.threads["actor"])
+        ray.get(calls)
+        self.schedule = schedule
+
+    def busy_cpu_seconds(self) -> dict[str, float]:
+        """CPU seconds spent working so far by the env stages (summed) and the rollout worker; the
+        actor is not asked (it may be updating), its seconds come with each update's metrics."""
+        envs = ray.get([env.busy.remote() for env in self.envs])
+        return {"env": sum(e["cpu_s"] for e in envs), "rollout": ray.get(self.rollout.busy.remote())["cpu_s"]}
 
     def busy_seconds(self) -> dict[str, dict[str, float]]:
         """Per role, the wall and CPU seconds spent inside work calls so far (env: summed over stages)."""

@@ -117,6 +117,10 @@ class Worker:
     def pid(self) -> int:
         return os.getpid()
 
+    def set_cores(self, cores: tuple[int, ...] | None, threads: int) -> None:
+        """A dynamic re-plan's cores and thread count for this worker (between iterations)."""
+        settle_threads(float(threads), cores, threads)
+
     def node(self) -> str:
         import ray
 
@@ -130,8 +134,19 @@ class EnvWorker(Worker):
         import sim_envs
 
         settle_threads(1.0, cores)
+        self.env_id, self.env_kwargs = env_id, dict(env_kwargs)
         self.venv = sim_envs.make_vector(env_id, num_envs, backend="inline", **env_kwargs)
         self.clock = Stopwatch()
+
+    def resize(self, num_envs: int, env_kwargs: dict[str, Any] | None = None) -> int:
+        """Rebuild this stage with ``num_envs`` envs (and new kwargs, if given). Stages hold no state
+        between iterations (each starts with a reset), so this is safe between iterations."""
+        import sim_envs
+
+        self.env_kwargs = dict(env_kwargs if env_kwargs is not None else self.env_kwargs)
+        self.venv.close()
+        self.venv = sim_envs.make_vector(self.env_id, num_envs, backend="inline", **self.env_kwargs)
+        return num_envs
 
     def reset(self, seed: int, seeds: list[int] | None = None):
         """Env ``i`` resets from ``seed + i``, or from ``seeds[i]`` (GRPO's shared group seeds)."""
@@ -269,11 +284,13 @@ class ActorWorker(Worker):
         return (metrics, version), weights
 
     def update(self, batch, behaviour_version: int) -> tuple[dict, dict, int]:
+        cpu_before = self.clock.cpu_s
         with self.clock:
             self.algorithm.policy.update_normalizers(batch.flat_obs())
             metrics = self.algorithm.update(batch)
             metrics["policy_lag"] = float(self.version - behaviour_version)
             self.version += 1
+        metrics["update_cpu_s"] = self.clock.cpu_s - cpu_before  # the dynamic schedule's actor demand
         return metrics, to_cpu(self.algorithm.policy.state_dict()), self.version
 
     def state(self) -> dict:
