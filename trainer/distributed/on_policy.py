@@ -92,6 +92,8 @@ class RayOnPolicy(WorkerGroup):
         busy = self.busy_cpu_seconds()
         self.scheduler.observe(busy, result.metrics.get("update_cpu_s"))
         proposal = self.scheduler.propose(self.schedule)
+        if self.scheduler.demand:
+            log.debug("dynamic schedule demand %s", self.scheduler.demand)
         if proposal is not None:
             print(f"dynamic schedule: {proposal.describe()}", flush=True)
             self.apply_schedule(proposal)

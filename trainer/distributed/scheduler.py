@@ -3,7 +3,7 @@ cores each role gets, from the CPU seconds each role spent working in the last i
 
 The rule, in one line: every role gets a share of the cores in proportion to its measured demand
 (at least a quarter core each), laid side by side over the cores as :func:`placement.cpu_sets`
-lays bundles; the env runs one stage more than the cores it holds (one steps while another waits
+lays bundles (the actor runs a thread on each core it touches); the env runs one stage more than the cores it holds (one steps while another waits
 for inference), as far as ``num_envs`` divides. A re-plan only moves cores, threads and stage
 sizes between iterations, when no trajectory is in flight; weights and their versions are not
 touched, so the on-policy guarantee (``train/policy_lag`` at most ``cluster.policy_lag``) holds.
@@ -53,12 +53,12 @@ def replan(
     shares = {role: share * scale for role, share in shares.items()}
     wanted = min(pool, round(shares["env"]) + 1)
     stages = max(d for d in range(1, wanted + 1) if num_envs % d == 0)
-    threads = {role: max(1, round(shares[role])) for role in ROLES}
-    threads["env"] = 1
+    threads = {"env": 1, "rollout": max(1, round(shares["rollout"])), "actor": max(1, round(shares["actor"]))}
     placed = None
     if cores:
         sets = cpu_sets(tuple({"CPU": shares[role]} for role in ROLES), cores)
         placed = dict(zip(ROLES, sets))
+        threads["actor"] = len(placed["actor"])  # the update uses every core it touches
     return Schedule(stages, placed, threads)
 
 
@@ -68,6 +68,7 @@ class DynamicScheduler:
     def __init__(self, every: int, num_envs: int, pool: int, cores: list[int] | None, total: int) -> None:
         self.every, self.num_envs, self.pool, self.cores, self.total = every, num_envs, pool, cores, total
         self.changes = 0
+        self.demand: dict[str, float] = {}
         self._window: list[dict[str, float]] = []
         self._last: dict[str, float] | None = None
 
@@ -87,6 +88,7 @@ class DynamicScheduler:
             return None
         demand = {role: sum(s[role] for s in self._window) / len(self._window) for role in ROLES}
         self._window.clear()
+        self.demand = demand  # the last window's, for the log and benchmarks
         proposal = replan(demand, self.num_envs, self.pool, self.cores, self.total)
         if proposal == current:
             return None
