@@ -4,7 +4,7 @@ the default) against the old path through the driver (``driver``), in one run.
 
 Workloads (one node, the local Ray):
   * ``ppo_pick_lift_2x128``: PPO on FrankaPickLift with two 128 px cameras (front, wrist) and a CNN;
-  * ``grpo_tiny_vla``: GRPO on FrankaPickColor with a ``tiny:llava-llama`` VLA (64 px front camera).
+  * ``grpo_tiny_vla``: GRPO on FrankaPickColor with a ``tiny:openvla-oft`` VLA (64 px front camera).
 Each in collocated, disaggregated and hybrid placement, each with both data planes; then, on a
 local multi-node cluster (``ray.cluster_utils.Cluster``: a head that holds only the driver, two "sim
 boxes" with an env stage each and a "GPU box" with the rollout and the actor, as

@@ -1,8 +1,9 @@
 """Tiny VLAs on the language-conditioned task: SFT on scripted demos, then GRPO and PPO for a fixed
 wall-clock budget each, scored on held-out seeds; plus rollout throughput and update time.
 
-For each head (``tokens``: OpenVLA-style bins with parallel decoding; ``flow``: pi0-style flow
-matching with the Flow-SDE sampler), the same SFT start is trained by GRPO and by PPO (with the
+For each family, at tiny size and randomly initialised (``openvla``: action tokens one step at a
+time; ``openvla-oft``: a chunk of tokens per pass; ``pi0`` / ``pi05`` / ``smolvla``: flow matching
+with the Flow-SDE sampler), the same SFT start is trained by GRPO and by PPO (with the
 value head at its own learning rate and without the value clip, its first ``CRITIC_WARMUP``
 iterations fitting only the critic) for ``--rl-minutes`` each on CPU. RL's reward is the task's
 success (``--rl-reward sparse``, as RLinf's and SimpleVLA-RL's VLA recipes use; measured: the
@@ -12,14 +13,13 @@ reset from.
 
     python benchmarks/vla.py [--task rlinf/FrankaPickColor-v0] [--demos 40] [--sft-updates 1500]
                              [--sft-lr 1e-3] [--rl-minutes 8] [--rl-reward sparse|dense]
-                             [--heads tokens,flow,openvla,openvla-oft] [--algorithms grpo,ppo] [--seed 0]
+                             [--heads openvla-oft,pi0,pi05,openvla,smolvla] [--algorithms grpo,ppo] [--seed 0]
                              [--state proprio|objects|privileged] [--out FILE]
 
 What the VLA sees besides the front camera and the instruction (``--state``):
 
 * ``proprio``: proprioception only; the words must be grounded in the image.
-* ``objects``: every cube's pose (``object_state``: nothing says which cube is named), a token per
-  state field (``policy.vla.state_tokens=fields``).
+* ``objects``: every cube's pose (``object_state``: nothing says which cube is named).
 * ``privileged``: the named cube's pose and colour one-hot (what the scripted expert reads), so the
   state names the target and grounding is not needed.
 """
@@ -28,7 +28,6 @@ from __future__ import annotations
 
 import argparse
 import copy
-import dataclasses
 import json
 import os
 import platform
@@ -50,21 +49,18 @@ from trainer.expert_demos import DemoConfig, record_expert_demos
 RESULTS = Path(__file__).resolve().parent / "results"
 ENV = {"cameras": ["front"], "image_height": 64, "image_width": 64, "privileged_state": False,
        "action_rotation": False}  # fmt: skip
+# OpenVLA acts one step at a time (chunk 1); OFT decodes --chunk steps in one pass and reads the
+# proprio state; the flow families sample a chunk in flow_steps denoising steps.
 HEADS = {
-    "tokens": VLAConfig(head="tokens", parallel_decoding=True),
-    "flow": VLAConfig(head="flow", flow_steps=4),
-    # The real architectures (policies.vla.openvla), tiny and random: OpenVLA acts one step at a
-    # time (chunk 1); OFT decodes --chunk steps in one pass and reads the proprio state.
-    "openvla": VLAConfig(backbone="tiny:openvla", head="tokens"),
-    "openvla-oft": VLAConfig(backbone="tiny:openvla-oft", head="tokens"),
+    "openvla": VLAConfig(backbone="tiny:openvla"),
+    "openvla-oft": VLAConfig(backbone="tiny:openvla-oft"),
+    "pi0": VLAConfig(backbone="tiny:pi0", flow_steps=4),
+    "pi05": VLAConfig(backbone="tiny:pi05", flow_steps=4),
+    "smolvla": VLAConfig(backbone="tiny:smolvla", flow_steps=4),
 }
 FIXED_CHUNK = {"openvla": 1}
-RL_LEARNING_RATE = {
-    "tokens": 1e-4,
-    "flow": 2e-5,
-    "openvla": 1e-4,
-    "openvla-oft": 1e-4,
-}  # flow: sharper log-probs
+RL_LEARNING_RATE = {"openvla": 1e-4, "openvla-oft": 1e-4, "pi0": 2e-5, "pi05": 2e-5, "smolvla": 2e-5}
+# flow: its chunk log-probs are sums over steps and dimensions, so ratios move faster
 EVAL_SEED = 5_000_000
 TRAIN_SEED_STRIDE = 1_000_000  # --seed s trains from env seeds s * this + ..., clear of EVAL_SEED for s < 5
 CRITIC_WARMUP = 5  # PPO: iterations that fit only the fresh value head before the policy moves
@@ -143,9 +139,9 @@ def rollout_throughput(policy, venv, decisions: int = 20) -> dict[str, float]:
 
 
 STATES = {
-    "proprio": ({}, "one"),  # proprioception and the camera
-    "objects": ({"object_state": True}, "fields"),  # + every cube's pose, a token per field
-    "privileged": ({"privileged_state": True}, "one"),  # + the named cube's pose and colour one-hot
+    "proprio": {},  # proprioception and the camera
+    "objects": {"object_state": True},  # + every cube's pose
+    "privileged": {"privileged_state": True},  # + the named cube's pose and colour one-hot
 }
 
 
@@ -161,7 +157,7 @@ def main() -> None:
     parser.add_argument("--num-envs", type=int, default=16)
     parser.add_argument("--chunk", type=int, default=4)
     parser.add_argument("--eval-episodes", type=int, default=48)
-    parser.add_argument("--heads", default="tokens,flow")
+    parser.add_argument("--heads", default="openvla-oft,pi0")
     parser.add_argument("--algorithms", default="grpo,ppo")
     parser.add_argument("--seed", type=int, default=0, help="initial weights, SFT batches and RL env seeds")
     parser.add_argument("--work", default="runs/bench_vla")
@@ -178,7 +174,7 @@ def main() -> None:
         )
     torch.set_num_threads(1)
 
-    env_extra, state_tokens = STATES[args.state]
+    env_extra = STATES[args.state]
     env_kwargs = {**ENV, **env_extra}
     demos = Path(args.work) / f"demos_{args.state}_{args.demos}"
     if not (demos / "meta" / "info.json").is_file():
@@ -194,7 +190,7 @@ def main() -> None:
     for head in args.heads.split(","):
         torch.manual_seed(args.seed)
         np.random.seed(args.seed)
-        vla = dataclasses.replace(HEADS[head], state_tokens=state_tokens)
+        vla = HEADS[head]
         chunk = FIXED_CHUNK.get(head, args.chunk)
         cfg = PolicyConfig(kind="vla", cameras=["front"], chunk_size=chunk, vla=vla)
         policy = make_policy(venv.spec, cfg)

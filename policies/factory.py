@@ -23,16 +23,15 @@ def make_policy(spec: EnvSpec, cfg: PolicyConfig | dict[str, Any], saved: str | 
     if cfg.kind == "vla":
         # transformers only where a VLA is asked for
         from policies.vla.openvla.policy import OpenVLAPolicy, is_openvla_config
-        from policies.vla.pi.policy import PiPolicy, is_pi_config
-        from policies.vla.policy import VLAPolicy
+        from policies.vla.pi.policy import PiPolicy
         from policies.vla.smolvla.policy import SmolVLAPolicy, is_smolvla_config
 
         if is_openvla_config(cfg):
             cls: type[Policy] = OpenVLAPolicy
         elif is_smolvla_config(cfg):
             cls = SmolVLAPolicy
-        else:
-            cls = PiPolicy if is_pi_config(cfg) else VLAPolicy
+        else:  # π0 / π0.5, or a folder of no known layout (PiPolicy's loader names the layouts it knows)
+            cls = PiPolicy
         policy: Policy = cls(spec, cfg, saved=None if saved is None else Path(saved))
     else:
         policy = GaussianActorCritic(spec, cfg)
@@ -71,7 +70,7 @@ def _weights_for(policy: Policy, cfg: PolicyConfig, path: Path) -> dict[str, Any
         )
     saved = PolicyConfig.from_dict(header["config"])
     if cfg.kind == "vla":
-        for key in ("head", "parallel_decoding", "action_bins", "lora_rank"):
+        for key in ("backbone", "parallel_decoding", "lora_rank"):
             if getattr(saved.vla, key) != getattr(cfg.vla, key):
                 raise PolicyLoadError(
                     f"{where} has policy.vla.{key}={getattr(saved.vla, key)!r}; this config asks for "

@@ -107,7 +107,7 @@ def test_hg_dagger_rounds_learn_from_interventions_and_resume(tmp_path):
     assert len(episodes) == 6
 
 
-# DAgger's student: a state MLP, or a tiny VLA (token head) that reads the camera and the instruction.
+# DAgger's student: a state MLP, or a tiny VLA (tiny:openvla-oft) that reads the camera and the instruction.
 STUDENTS = {"mlp": {}, "vla": {"kind": "vla", "cameras": ["front"], "chunk_size": 2}}
 
 

@@ -281,12 +281,11 @@ def test_a_killed_agent_is_aborted_the_other_continues_and_its_spool_replays_onc
 
 
 # Each policy's chunk must outlast its answer, or every chunk arrives stale and the robot holds. The
-# tiny VLA decodes its chunk token by token, one robot after the other: 70-100 ms each here, and
-# replies took 320-370 ms with two robots on a loaded 2-core box, so a chunk of 3 at 10 Hz (300 ms)
-# arrived stale nearly every time. A chunk of 4 at 5 Hz leaves it 800 ms.
+# look-alike VLA that decoded its chunk token by token took 70-100 ms a robot here, and replies took
+# 320-370 ms with two robots on a loaded 2-core box: a chunk of 4 at 5 Hz leaves 800 ms.
 EVAL_POLICIES = {
     "cnn": ({"kind": "cnn", "cameras": ["front"], "hidden_sizes": [32], "cnn_channels": [8]}, 20.0),
-    "vla": ({"kind": "vla", "cameras": ["front"], "chunk_size": 4}, 5.0),  # a tiny VLA, token head
+    "vla": ({"kind": "vla", "cameras": ["front"], "chunk_size": 4}, 5.0),  # tiny:openvla-oft, the default
 }
 
 

@@ -371,7 +371,7 @@ def test_a_vla_trains_on_sim_and_a_twin_robot_in_serve(tmp_path):
     from policies import load_policy
 
     saved = load_policy(latest_checkpoint(tmp_path / "serve" / "train") / "policy")
-    assert type(saved).__name__ == "VLAPolicy"
+    assert type(saved).__name__ == "OpenVLAPolicy"
 
 
 def test_the_cotraining_preset_fits_a_twin_robot_and_waits_for_two():

@@ -19,7 +19,7 @@ from policies.config import VLAConfig  # noqa: E402
 from policies.vla import export  # noqa: E402
 from policies.vla.openvla.loaded import load_openvla  # noqa: E402
 from tests.policies.test_openvla_policy import reference_policy  # noqa: E402
-from tests.policies.test_vla import observations  # noqa: E402
+from tests.policies.test_vla_common import observations  # noqa: E402
 
 REFERENCE = Path(__file__).resolve().parents[2].parent / "shared" / "vla_reference" / "openvla"
 if not REFERENCE.is_dir():
@@ -73,7 +73,7 @@ def test_a_lora_finetuned_openvla_exports_as_upstreams_folder(env, tmp_path):
 
 def test_a_tiny_oft_exports_and_reloads_as_a_checkpoint(env, tmp_path):
     torch.manual_seed(0)
-    vla = VLAConfig(backbone="tiny:openvla-oft", head="tokens")
+    vla = VLAConfig(backbone="tiny:openvla-oft")
     policy = make_policy(
         env.env_spec,
         PolicyConfig(kind="vla", cameras=["front"], chunk_size=2, vla=vla, normalize_state=False),
@@ -87,7 +87,7 @@ def test_a_tiny_oft_exports_and_reloads_as_a_checkpoint(env, tmp_path):
         "proprio_projector--0_checkpoint.pt"
     ]
     assert json.loads((out / "config.json").read_text())["model_type"] == "openvla"
-    cfg = VLAConfig(checkpoint=str(out), dims=str(out / "tiny_dims.json"), head="tokens")
+    cfg = VLAConfig(checkpoint=str(out), dims=str(out / "tiny_dims.json"))
     again = make_policy(
         env.env_spec,
         PolicyConfig(kind="vla", cameras=["front"], chunk_size=2, vla=cfg, normalize_state=False),
@@ -98,7 +98,7 @@ def test_a_tiny_oft_exports_and_reloads_as_a_checkpoint(env, tmp_path):
 
 def test_export_refuses_what_it_cannot_write_in_one_line(env, tmp_path, capsys):
     torch.manual_seed(0)
-    flow = VLAConfig(backbone="tiny:pi0", head="flow", flow_steps=2)
+    flow = VLAConfig(backbone="tiny:pi0", flow_steps=2)
     make_policy(env.env_spec, PolicyConfig(kind="vla", cameras=["front"], chunk_size=2, vla=flow)).save(
         tmp_path / "pi"
     )
@@ -126,7 +126,7 @@ def test_a_lora_finetuned_flow_policy_exports_in_the_layout_it_came_in(env, tmp_
     tokenizer = folder / ("tiny_smolvlm" if family == "smolvla" else "paligemma_tokenizer")
     dims = None if family == "smolvla" else str(folder / "tiny_dims.json")
     chunk = 5
-    vla = VLAConfig(checkpoint=str(folder / layout), dims=dims or "", tokenizer=str(tokenizer), head="flow",
+    vla = VLAConfig(checkpoint=str(folder / layout), dims=dims or "", tokenizer=str(tokenizer),
                     flow_steps=10, flow_noise_level=0.0, lora_rank=4)  # fmt: skip
     policy = make_policy(
         reference_spec(env), PolicyConfig(kind="vla", cameras=["base"], chunk_size=chunk, vla=vla)

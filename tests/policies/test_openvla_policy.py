@@ -15,7 +15,7 @@ import sim_envs  # noqa: E402
 from policies import PolicyConfig, load_policy, make_policy  # noqa: E402
 from policies.config import VLAConfig  # noqa: E402
 from policies.vla.openvla.policy import OpenVLAPolicy  # noqa: E402
-from tests.policies.test_vla import observations, one_decision_batch  # noqa: E402
+from tests.policies.test_vla_common import observations, one_decision_batch  # noqa: E402
 from trainer.algorithms.grpo import GRPO, GRPOConfig  # noqa: E402
 from trainer.algorithms.ppo import PPO, PPOConfig  # noqa: E402
 
@@ -36,7 +36,7 @@ CHUNK = {"openvla": 1, "openvla-oft": 2}  # OFT decodes a chunk in one pass
 
 def tiny(env, vla: dict | None = None, family: str = "openvla", **overrides) -> OpenVLAPolicy:
     torch.manual_seed(0)
-    vla_cfg = VLAConfig(**{"backbone": f"tiny:{family}", "head": "tokens", **(vla or {})})
+    vla_cfg = VLAConfig(**{"backbone": f"tiny:{family}", **(vla or {})})
     cfg = PolicyConfig(kind="vla", cameras=["front"], chunk_size=CHUNK[family], vla=vla_cfg, **overrides)
     policy = make_policy(env.env_spec, cfg)
     assert isinstance(policy, OpenVLAPolicy)
@@ -192,8 +192,6 @@ def test_bad_configs_say_what_is_wrong_in_one_line(env):
         with pytest.raises(ValueError, match=message):
             make_policy(env.env_spec, PolicyConfig(**{"kind": "vla", "cameras": ["front"], "chunk_size": 1,
                                                       "vla": VLAConfig(backbone="tiny:openvla"), **overrides}))  # fmt: skip
-    with pytest.raises(ValueError, match=r"set policy\.vla\.head=tokens"):
-        tiny(env, vla={"head": "flow"})
 
 
 @pytest.mark.parametrize("family", FAMILIES)
@@ -204,7 +202,7 @@ def test_train_runs_grpo_on_it_unchanged_and_saves_a_loadable_policy(tmp_path, f
 
     env_yaml = "env.kwargs={cameras: [front], image_height: 64, image_width: 64, action_rotation: false, max_episode_steps: 4}"
     cfg = load_config("grpo_reach", [
-        "policy.kind=vla", "policy.cameras=[front]", f"policy.vla.backbone=tiny:{family}", "policy.vla.head=tokens",
+        "policy.kind=vla", "policy.cameras=[front]", f"policy.vla.backbone=tiny:{family}",
         f"policy.chunk_size={CHUNK[family]}", "policy.value_head=false", "env.id=rlinf/FrankaReach-v0",
         "env.num_envs=4", "env.backend=inline", env_yaml, "algo.group_size=2", "run.eval_every=0", "run.video=false",
         "run.final_eval_episodes=0", "run.total_env_steps=16", f"run.output_dir={tmp_path}",

@@ -18,7 +18,7 @@ from policies.config import VLAConfig  # noqa: E402
 from policies.vla.pi.loaded import load_pi  # noqa: E402
 from policies.vla.pi.models import euler_sample  # noqa: E402
 from policies.vla.pi.policy import PiPolicy  # noqa: E402
-from tests.policies.test_vla import observations, one_decision_batch  # noqa: E402
+from tests.policies.test_vla_common import observations, one_decision_batch  # noqa: E402
 from trainer.algorithms.grpo import GRPO, GRPOConfig  # noqa: E402
 from trainer.algorithms.ppo import PPO, PPOConfig  # noqa: E402
 
@@ -35,7 +35,7 @@ def env():
 
 def tiny(env, family: str, chunk: int = 2, vla: dict | None = None, **overrides) -> PiPolicy:
     torch.manual_seed(0)
-    vla_cfg = VLAConfig(backbone=f"tiny:{family}", head="flow", flow_steps=3, **(vla or {}))
+    vla_cfg = VLAConfig(backbone=f"tiny:{family}", flow_steps=3, **(vla or {}))
     cfg = PolicyConfig(kind="vla", cameras=["front"], chunk_size=chunk, vla=vla_cfg, **overrides)
     policy = make_policy(env.env_spec, cfg)
     assert isinstance(policy, PiPolicy)
@@ -154,7 +154,7 @@ def test_at_noise_level_zero_the_sampler_is_upstreams_euler_sampler(env, family)
     folder = REFERENCE / family
     vla = VLAConfig(
         checkpoint=str(folder / "openpi"), dims=str(folder / "tiny_dims.json"),
-        tokenizer=str(folder / "paligemma_tokenizer"), head="flow", flow_steps=10, flow_noise_level=0.0,
+        tokenizer=str(folder / "paligemma_tokenizer"), flow_steps=10, flow_noise_level=0.0,
     )  # fmt: skip
     spec = reference_spec(env)
     policy = make_policy(spec, PolicyConfig(kind="vla", cameras=["base"], chunk_size=5, vla=vla))
@@ -174,14 +174,6 @@ def test_at_noise_level_zero_the_sampler_is_upstreams_euler_sampler(env, family)
     torch.testing.assert_close(ours.actions, expected, atol=1e-5, rtol=0)
 
 
-def test_a_pi_checkpoint_asked_for_as_a_tokens_policy_is_refused(env):
-    with pytest.raises(ValueError, match=r"set policy\.vla\.head=flow"):
-        make_policy(
-            env.env_spec,
-            PolicyConfig(kind="vla", cameras=["front"], chunk_size=2, vla=VLAConfig(backbone="tiny:pi0")),
-        )
-
-
 @pytest.mark.parametrize("family", FAMILIES)
 def test_train_runs_grpo_on_it_unchanged_and_saves_a_loadable_policy(family, tmp_path):
     from trainer.checkpoint import POLICY_DIR, latest_checkpoint
@@ -190,7 +182,7 @@ def test_train_runs_grpo_on_it_unchanged_and_saves_a_loadable_policy(family, tmp
 
     env_yaml = "env.kwargs={cameras: [front], image_height: 64, image_width: 64, action_rotation: false, max_episode_steps: 4}"
     cfg = load_config("grpo_reach", [
-        "policy.kind=vla", "policy.cameras=[front]", f"policy.vla.backbone=tiny:{family}", "policy.vla.head=flow",
+        "policy.kind=vla", "policy.cameras=[front]", f"policy.vla.backbone=tiny:{family}",
         "policy.vla.flow_steps=2", "policy.chunk_size=2", "policy.value_head=false", "env.id=rlinf/FrankaReach-v0",
         "env.num_envs=4", "env.backend=inline", env_yaml, "algo.group_size=2", "run.eval_every=0", "run.video=false",
         "run.final_eval_episodes=0", "run.total_env_steps=16", f"run.output_dir={tmp_path}",
@@ -225,7 +217,7 @@ def test_smolvla_at_noise_level_zero_is_lerobots_euler_sampler(env):
     from policies.vla.smolvla.model import euler_sample as smolvla_euler
 
     folder = REFERENCE / "smolvla"
-    vla = VLAConfig(checkpoint=str(folder / "lerobot"), tokenizer=str(folder / "tiny_smolvlm"), head="flow",
+    vla = VLAConfig(checkpoint=str(folder / "lerobot"), tokenizer=str(folder / "tiny_smolvlm"),
                     flow_steps=10, flow_noise_level=0.0)  # fmt: skip
     spec = reference_spec(env)
     policy = make_policy(spec, PolicyConfig(kind="vla", cameras=["base"], chunk_size=5, vla=vla))

@@ -1,4 +1,4 @@
-"""VLAs on a GPU: both heads act, evaluate and learn on ``cuda`` in float32 and bfloat16, a bfloat16
+"""VLAs on a GPU: both families (tiny:openvla-oft, tiny:pi0) act, evaluate and learn on ``cuda`` in float32 and bfloat16, a bfloat16
 backbone takes less GPU memory, a checkpoint saved there loads on a CPU, and GRPO trains in process
 with ``run.device=cuda``. Marked ``gpu`` (skipped where torch sees no GPU)."""
 
@@ -11,7 +11,7 @@ import pytest
 import torch
 
 from policies import load_policy
-from tests.policies.test_vla import observations, one_decision_batch, vla
+from tests.policies.test_vla_common import observations, one_decision_batch, tiny
 from trainer.algorithms.grpo import GRPO, GRPOConfig
 from trainer.configs import load_config
 from trainer.runner import Runner
@@ -30,10 +30,10 @@ def env():
 
 
 @pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
-@pytest.mark.parametrize("head", ["tokens-parallel", "flow"])
-def test_a_vla_acts_evaluates_and_learns_on_the_gpu(env, head, dtype):
-    policy = vla(env, head, value_head=False, vla_overrides={"dtype": dtype}).to(CUDA)
-    assert policy.backbone.model.device.type == "cuda"
+@pytest.mark.parametrize("family", ["openvla-oft", "pi0"])
+def test_a_vla_acts_evaluates_and_learns_on_the_gpu(env, family, dtype):
+    policy = tiny(env, family, vla={"dtype": dtype}, value_head=False).to(CUDA)
+    assert next(policy.model.parameters()).device.type == "cuda"
     obs = observations(env)
     out = policy.act(obs)
     low, high = env.env_spec.action.low_array(), env.env_spec.action.high_array()
@@ -52,17 +52,17 @@ def test_a_bfloat16_backbone_takes_less_gpu_memory_than_float32(env):
     def allocated(dtype: str) -> int:
         torch.cuda.empty_cache()
         before = torch.cuda.memory_allocated()
-        policy = vla(env, "tokens-parallel", vla_overrides={"dtype": dtype}).to(CUDA)
+        policy = tiny(env, "openvla-oft", vla={"dtype": dtype}).to(CUDA)
         used = torch.cuda.memory_allocated() - before
         del policy
         return used
 
     full, half = allocated("float32"), allocated("bfloat16")
-    assert half < 0.75 * full, (half, full)  # the backbone halves; the heads stay float32
+    assert half < 0.75 * full, (half, full)  # the model halves; the value head stays float32
 
 
 def test_a_checkpoint_saved_on_the_gpu_loads_on_the_cpu_and_acts_alike(env, tmp_path):
-    policy = vla(env, "tokens-parallel").to(CUDA)
+    policy = tiny(env, "openvla-oft").to(CUDA)
     obs = observations(env)
     policy.update_normalizers(obs)
     policy.save(tmp_path / "policy")

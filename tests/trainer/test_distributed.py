@@ -160,7 +160,7 @@ def test_a_tiny_vla_trains_with_ppo_on_ray(tmp_path, local_ray, placement):
     from policies import load_policy
     from trainer.checkpoint import POLICY_DIR, latest_checkpoint
 
-    assert type(load_policy(latest_checkpoint(tmp_path / placement) / POLICY_DIR)).__name__ == "VLAPolicy"
+    assert type(load_policy(latest_checkpoint(tmp_path / placement) / POLICY_DIR)).__name__ == "OpenVLAPolicy"
 
 
 def fetched_by_the_driver(monkeypatch, tmp_path, placement: str, data_plane: str) -> set[str]:

@@ -62,9 +62,9 @@ LORA_TARGETS = ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", 
 
 
 def is_openvla_config(cfg: PolicyConfig) -> bool:
-    return cfg.vla.backbone in TINY_BACKBONES or (
-        bool(cfg.vla.checkpoint) and is_openvla_folder(cfg.vla.checkpoint)
-    )
+    if cfg.vla.checkpoint:
+        return is_openvla_folder(cfg.vla.checkpoint)
+    return cfg.vla.backbone in TINY_BACKBONES
 
 
 def tiny_checkpoint(vocab_size: int) -> OpenVLACheckpoint:
@@ -113,11 +113,11 @@ class OpenVLAPolicy(Policy):
                 f"OpenVLA sees one camera: set policy.cameras to one of the env's {list(spec.camera_names)} "
                 f"(got {list(cfg.cameras)})"
             )
-        if vla.head != "tokens":
-            raise ValueError(f"OpenVLA is a token policy: set policy.vla.head=tokens (got {vla.head!r})")
         folder = Path(vla.checkpoint) if vla.checkpoint else None
         oft_folder = folder is not None and has_oft_heads(folder)
-        self.parallel = vla.parallel_decoding or vla.backbone == "tiny:openvla-oft" or oft_folder
+        self.parallel = (
+            vla.parallel_decoding or oft_folder or (folder is None and vla.backbone == "tiny:openvla-oft")
+        )
         if cfg.chunk_size != 1 and not self.parallel:
             raise ValueError(
                 f"OpenVLA predicts one action per step: set policy.chunk_size=1 (got {cfg.chunk_size}), "

@@ -24,7 +24,7 @@ from torch import nn
 from policies.base import Policy, PolicyEvaluation, PolicyOutput, check_cameras, to_tensors
 from policies.config import PolicyConfig
 from policies.normalization import RunningNormalizer
-from policies.vla.flow_head import FlowSchedule, gaussian_log_prob
+from policies.vla.flow_sde import FlowSchedule, gaussian_log_prob
 from policies.vla.pi.checkpoint import CheckpointError, read_checkpoint
 from policies.vla.pi.dims import GemmaDims, PiDims, SiglipDims
 from policies.vla.pi.inputs import pad_to, pi0_prompt, pi05_prompt, siglip_pixels, tokenize
@@ -40,10 +40,6 @@ TINY_SIGLIP = SiglipDims(
 )
 TINY_TOKENS = 48
 LORA_TARGETS = ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"]
-
-
-def is_pi_config(cfg: PolicyConfig) -> bool:
-    return bool(cfg.vla.checkpoint) or cfg.vla.backbone in TINY_FAMILIES
 
 
 def _random_init(model: nn.Module, seed: int = 0) -> None:
@@ -68,10 +64,6 @@ class PiPolicy(Policy):
         self.spec, self.cfg, vla = spec, cfg, cfg.vla
         self.chunk_size, self.action_dim = cfg.chunk_size, spec.action.dim
         check_cameras(cfg.cameras, spec)
-        if vla.head != "flow":
-            raise ValueError(
-                f"π0 / π0.5 are flow-matching policies: set policy.vla.head=flow (got {vla.head!r})"
-            )
         if vla.checkpoint:
             self._init_checkpoint(Path(vla.checkpoint), weights=saved is None)
         else:

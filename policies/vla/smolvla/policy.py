@@ -31,9 +31,9 @@ TINY_TOKENS = 48
 
 
 def is_smolvla_config(cfg: PolicyConfig) -> bool:
-    return cfg.vla.backbone == TINY_BACKBONE or (
-        bool(cfg.vla.checkpoint) and is_smolvla_folder(cfg.vla.checkpoint)
-    )
+    if cfg.vla.checkpoint:
+        return is_smolvla_folder(cfg.vla.checkpoint)
+    return cfg.vla.backbone == TINY_BACKBONE
 
 
 def _random_init(model: nn.Module, seed: int = 0) -> None:
