@@ -118,8 +118,8 @@ def main() -> None:
     parser.add_argument("--out", type=Path, default=ROOT / "benchmarks" / "results" / "arm_limits.json")
     args = parser.parse_args()
 
-    config = SafetyConfig()
     driver = SimTwinDriver(SimTwinConfig(cameras=()))
+    config = SafetyConfig().for_embodiment(driver.embodiment)  # the twin's arm's own box
     results: dict = {
         "benchmark": "arm_limits",
         "safety": {

@@ -34,7 +34,7 @@ from pathlib import Path
 import numpy as np
 
 import sim_envs  # first: picks the headless GL backend
-from protos import link_codec
+from protos import franka, link_codec
 from protos import robot_link_pb2 as pb
 from protos.env_spec import CameraSpec, EnvSpec, StateField, ee_delta_action_space
 from robot_agent.agent import Agent, AgentThread
@@ -68,6 +68,7 @@ class StaticFramesDriver(RobotDriver):
     the previous observation, so one observation is in flight at a time, as a lockstep client's."""
 
     kind = "bench"
+    embodiment = franka.PANDA
 
     def __init__(self, frames: dict[str, np.ndarray], control_hz: float, episode_steps: int) -> None:
         self.frames = frames

@@ -86,7 +86,7 @@ class DriverRig:
         from robot_agent.safety import SafetyConfig, SafetyFilter
 
         self.driver, self.cameras = driver, cameras
-        self.safety = SafetyFilter(driver.spec, driver.arms, safety or SafetyConfig())
+        self.safety = SafetyFilter(driver.spec, driver.arms, safety or SafetyConfig(), driver.embodiment)
         self.tolerance_m, self.tolerance_deg = tolerance_m, tolerance_deg
         self._slices = driver.spec.state_slices()
         self._scale = driver.arms[0]

@@ -1,20 +1,21 @@
-"""The Franka arm as every part of the stack sees it: one owner for the sim, the sim twin, the real
-driver and the agent's safety defaults.
+"""The Franka Emika Panda (and the FR3, which shares its kinematics) as an
+:class:`~protos.embodiment.Embodiment`: one owner for the sim, the sim twin, the real driver and
+the agent's safety defaults.
 
 - its proprioception layout (the state fields a policy reads, the same in sim and on the robot);
 - its home posture and the default workspace box of the TCP;
 - how far a Cartesian controller's target may lead the TCP;
-- its kinematics, from the modified (Craig) Denavit-Hartenberg table in Franka's datasheet (the FR3
-  uses the same).
+- its kinematics, from the modified (Craig) Denavit-Hartenberg table in Franka's datasheet, and its
+  joint limits from the same datasheet.
 """
 
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
 
 import numpy as np
 
+from protos.embodiment import MODIFIED_DH, DHRow, Embodiment, Gripper
 from protos.env_spec import StateField
 
 STATE_FIELDS = (
@@ -31,36 +32,6 @@ WORKSPACE_LOW = (0.2, -0.45, 0.025)
 WORKSPACE_HIGH = (0.85, 0.45, 0.6)
 TARGET_LEAD_M = 0.1  # per axis: a Cartesian controller's target never runs further ahead of the TCP
 
-
-def cap_norm(vector: np.ndarray, max_norm: float) -> np.ndarray:
-    """``vector`` scaled down to length ``max_norm`` if it is longer (direction kept): how the agent's
-    safety limits a step, and how the sim applies the same limits (``max_step_translation_m``)."""
-    norm = float(np.linalg.norm(vector))
-    return vector * (max_norm / norm) if norm > max_norm else vector
-
-
-def shorten_into_ball(offset: np.ndarray, step: np.ndarray, radius: float) -> np.ndarray:
-    """The longest part ``t * step`` (0 <= t <= 1) that keeps ``offset + t * step`` within ``radius``
-    of the origin; if ``offset`` is already outside, the step that brings it back onto the sphere.
-    How a commanded target is kept within its lead of the measured TCP (``offset``: target - TCP)."""
-    if float(np.linalg.norm(offset)) > radius:
-        return cap_norm(offset, radius) - offset
-    a, b, c = float(step @ step), 2.0 * float(offset @ step), float(offset @ offset) - radius**2
-    if a == 0.0 or a + b + c <= 0.0:  # no step, or its end is inside
-        return step
-    t = (-b + np.sqrt(max(b * b - 4 * a * c, 0.0))) / (2 * a)
-    return step * min(1.0, max(0.0, t))
-
-
-@dataclass(frozen=True)
-class DHRow:
-    """One row of the modified DH table: a_{i-1}, d_i, alpha_{i-1} (metres, radians)."""
-
-    a: float
-    d: float
-    alpha: float
-
-
 # Franka Emika Panda, modified DH convention (joint i rotates about the z axis of frame i).
 PANDA_DH: tuple[DHRow, ...] = (
     DHRow(0.0, 0.333, 0.0),
@@ -73,27 +44,30 @@ PANDA_DH: tuple[DHRow, ...] = (
 )
 FLANGE_D = 0.107  # flange offset along joint 7's axis
 HAND_TCP_Z = 0.1034  # tool centre point below the flange (between the fingertips)
+JOINT_LOWER = (-2.8973, -1.7628, -2.8973, -3.0718, -2.8973, -0.0175, -2.8973)
+JOINT_UPPER = (2.8973, 1.7628, 2.8973, -0.0698, 2.8973, 3.7525, 2.8973)
+JOINT_VELOCITY_LIMIT = (2.175, 2.175, 2.175, 2.175, 2.61, 2.61, 2.61)
 
-
-def dh_link_transform(row: DHRow, q: float) -> np.ndarray:
-    """4x4 transform from frame i-1 to frame i: Rx(alpha) Tx(a) Rz(q) Tz(d)."""
-    ca, sa, cq, sq = math.cos(row.alpha), math.sin(row.alpha), math.cos(q), math.sin(q)
-    return np.array(
-        [
-            [cq, -sq, 0.0, row.a],
-            [sq * ca, cq * ca, -sa, -sa * row.d],
-            [sq * sa, cq * sa, ca, ca * row.d],
-            [0.0, 0.0, 0.0, 1.0],
-        ]
-    )
+PANDA = Embodiment(
+    name="franka_panda",
+    dh=PANDA_DH,
+    dh_convention=MODIFIED_DH,
+    joint_lower=JOINT_LOWER,
+    joint_upper=JOINT_UPPER,
+    joint_velocity_limit=JOINT_VELOCITY_LIMIT,
+    home_joints=HOME_JOINTS,
+    flange_d=FLANGE_D,
+    flange_tcp_m=HAND_TCP_Z,
+    gripper=Gripper("franka_hand", max_width_m=0.08, force_n=70.0),
+    state_fields=STATE_FIELDS,
+    workspace_low=WORKSPACE_LOW,
+    workspace_high=WORKSPACE_HIGH,
+    target_lead_m=TARGET_LEAD_M,
+    control_modes=("cartesian_impedance",),
+    sim_model="panda",
+)
 
 
 def forward_kinematics(qpos: np.ndarray | tuple[float, ...], tcp: bool = True) -> np.ndarray:
-    """Analytic FK of the flange (or TCP) in the base frame, straight from the DH table."""
-    transform = np.eye(4)
-    for row, q in zip(PANDA_DH, qpos):
-        transform = transform @ dh_link_transform(row, float(q))
-    transform = transform @ dh_link_transform(DHRow(0.0, FLANGE_D, 0.0), 0.0)
-    if tcp:
-        transform = transform @ dh_link_transform(DHRow(0.0, HAND_TCP_Z, 0.0), 0.0)
-    return transform
+    """Analytic FK of the Panda's flange (or TCP) in the base frame, straight from the DH table."""
+    return PANDA.forward_kinematics(qpos, tcp)

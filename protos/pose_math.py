@@ -4,7 +4,25 @@ from __future__ import annotations
 
 import numpy as np
 
-from protos.franka import cap_norm
+
+def cap_norm(vector: np.ndarray, max_norm: float) -> np.ndarray:
+    """``vector`` scaled down to length ``max_norm`` if it is longer (direction kept): how the agent's
+    safety limits a step, and how the sim applies the same limits (``max_step_translation_m``)."""
+    norm = float(np.linalg.norm(vector))
+    return vector * (max_norm / norm) if norm > max_norm else vector
+
+
+def shorten_into_ball(offset: np.ndarray, step: np.ndarray, radius: float) -> np.ndarray:
+    """The longest part ``t * step`` (0 <= t <= 1) that keeps ``offset + t * step`` within ``radius``
+    of the origin; if ``offset`` is already outside, the step that brings it back onto the sphere.
+    How a commanded target is kept within its lead of the measured TCP (``offset``: target - TCP)."""
+    if float(np.linalg.norm(offset)) > radius:
+        return cap_norm(offset, radius) - offset
+    a, b, c = float(step @ step), 2.0 * float(offset @ step), float(offset @ offset) - radius**2
+    if a == 0.0 or a + b + c <= 0.0:  # no step, or its end is inside
+        return step
+    t = (-b + np.sqrt(max(b * b - 4 * a * c, 0.0))) / (2 * a)
+    return step * min(1.0, max(0.0, t))
 
 
 def rotvec_to_matrix(rotvec: np.ndarray) -> np.ndarray:

@@ -99,10 +99,12 @@ class ControlLoop:
         self.teleop = TeleopArbiter(teleop, driver.spec, on_hand_back=self._policy_resumes)
         self.spec = spec_sent(driver.spec, config)  # what the trainer is told
         self.period_s = 1.0 / self.spec.control_hz
-        self.safety = SafetyFilter(self.spec, driver.arms, config.safety)
-        driver.set_safety_limits(config.safety)
+        # The agent's limits, the workspace box from the driver's own arm where [safety] sets none.
+        self.limits = config.safety.for_embodiment(driver.embodiment, f"driver {driver.kind!r}")
+        self.safety = SafetyFilter(self.spec, driver.arms, self.limits)
+        driver.set_safety_limits(self.limits)
         self.queue = ActionQueue(config.chunk_merge)
-        self.watchdog = Watchdog(config.safety.watchdog_periods * self.period_s)
+        self.watchdog = Watchdog(self.limits.watchdog_periods * self.period_s)
         self.stats = LoopStats()
         self.mode = pb.MODE_POLICY
         self.holding = True
@@ -130,7 +132,7 @@ class ControlLoop:
         self._advice: np.ndarray | None = None  # an expert's label for this tick while the policy drives
         self._unspooled: tuple[str, pb.Observation, dict] | None = None  # raw frames sent, not yet spooled
         self.intake = ChunkIntake(
-            self.safety, config.safety, self.queue, self.ledger, self.stats, self._send_error
+            self.safety, self.limits, self.queue, self.ledger, self.stats, self._send_error
         )
 
     # -- called from the link thread ---------------------------------------------------------------

@@ -10,13 +10,13 @@ measured orientation and the episode's first one. The watchdog and the stale-act
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 
-from protos import franka
+from protos.embodiment import Embodiment
 from protos.env_spec import EE_DELTA_POSE_GRIPPER, EnvSpec
-from protos.pose_math import guarded_rotation_step, quat_to_matrix
+from protos.pose_math import cap_norm, guarded_rotation_step, quat_to_matrix, shorten_into_ball
 from protos.validation import ContractError, validate_action
 
 
@@ -24,12 +24,10 @@ from protos.validation import ContractError, validate_action
 class SafetyConfig:
     """Limits enforced on the agent. Lengths in metres, angles in radians, per control step."""
 
-    workspace_low: tuple[float, float, float] = (
-        franka.WORKSPACE_LOW
-    )  # the TCP box's lower corner (m, base frame)
-    workspace_high: tuple[float, float, float] = (
-        franka.WORKSPACE_HIGH
-    )  # the TCP box's upper corner (m, base frame)
+    # The TCP box (m, base frame). Unset, a side comes from the driver's embodiment (each arm its own
+    # box: none inherits another's); with neither, the agent refuses to start.
+    workspace_low: tuple[float, float, float] | None = None  # the TCP box's lower corner
+    workspace_high: tuple[float, float, float] | None = None  # the TCP box's upper corner
     max_translation_m: float = 0.03  # the longest step the TCP target may take per tick
     max_rotation_rad: float = 0.2  # the largest turn of the TCP target per tick
     max_gripper_change: float = 1.0  # normalised gripper units per step (the full range is 2)
@@ -42,9 +40,13 @@ class SafetyConfig:
     max_action_age_ms: float = 500.0  # reject chunks answering an observation older than this
 
     def __post_init__(self) -> None:
-        low, high = np.asarray(self.workspace_low), np.asarray(self.workspace_high)
-        if low.shape != (3,) or high.shape != (3,) or not (low < high).all():
-            raise ValueError(f"safety workspace must be 3 lows below 3 highs, got {low} / {high}")
+        for side in (self.workspace_low, self.workspace_high):
+            if side is not None and np.asarray(side).shape != (3,):
+                raise ValueError(f"safety workspace corners must have 3 values, got {side}")
+        if self.workspace_low is not None and self.workspace_high is not None:
+            low, high = np.asarray(self.workspace_low), np.asarray(self.workspace_high)
+            if not (low < high).all():
+                raise ValueError(f"safety workspace must be 3 lows below 3 highs, got {low} / {high}")
         for name in (
             "max_translation_m",
             "max_rotation_rad",
@@ -58,6 +60,26 @@ class SafetyConfig:
                 raise ValueError(f"safety.{name} must be > 0, got {getattr(self, name)}")
         if self.max_action_age_ms <= 0:
             raise ValueError(f"safety.max_action_age_ms must be > 0, got {self.max_action_age_ms}")
+
+    def for_embodiment(self, embodiment: Embodiment | None, robot: str = "this robot") -> SafetyConfig:
+        """These limits with each unset workspace corner taken from ``embodiment``'s default box."""
+        low = (
+            self.workspace_low
+            if self.workspace_low is not None
+            else getattr(embodiment, "workspace_low", None)
+        )
+        high = (
+            self.workspace_high
+            if self.workspace_high is not None
+            else getattr(embodiment, "workspace_high", None)
+        )
+        if low is None or high is None:
+            missing = "safety.workspace_low" if low is None else "safety.workspace_high"
+            raise ValueError(
+                f"{robot} declares no embodiment, so it has no default workspace box: set {missing} "
+                "(and its pair) in the agent's [safety] section"
+            )
+        return replace(self, workspace_low=tuple(low), workspace_high=tuple(high))
 
     def sim_limits(self) -> dict[str, float]:
         """These limits as the MuJoCo Franka sim's ``env.kwargs`` (its ``ROBOT_LIMITS``), so a policy
@@ -112,7 +134,15 @@ class _ArmLayout:
 class SafetyFilter:
     """Rejects malformed chunks and limits each action to what the robot may do in one step."""
 
-    def __init__(self, spec: EnvSpec, arms: tuple[ArmScaling, ...], config: SafetyConfig) -> None:
+    def __init__(
+        self,
+        spec: EnvSpec,
+        arms: tuple[ArmScaling, ...],
+        config: SafetyConfig,
+        embodiment: Embodiment | None = None,
+    ) -> None:
+        """``config``'s unset workspace corners come from ``embodiment`` (the driver's)."""
+        config = config.for_embodiment(embodiment, f"robot spec {spec.name!r}")
         if spec.action.kind != EE_DELTA_POSE_GRIPPER:
             raise ValueError(
                 f"the agent's safety filter supports {EE_DELTA_POSE_GRIPPER!r} actions, "
@@ -215,12 +245,12 @@ class SafetyFilter:
     ) -> None:  # fmt: skip
         cfg, prefix = self.config, arm.scaling.prefix
         base = measured if commanded is None else np.asarray(commanded.position, np.float64)
-        delta = franka.cap_norm(safe[arm.translation] * arm.scaling.max_translation_m, cfg.max_translation_m)
+        delta = cap_norm(safe[arm.translation] * arm.scaling.max_translation_m, cfg.max_translation_m)
         if not np.allclose(delta, safe[arm.translation] * arm.scaling.max_translation_m):
             events.append(f"clipped:{prefix}translation")
         # Within the lead of the measured TCP: a stalled or lagging arm cannot store up a jump. The
         # step is shortened along its own direction; only a target already too far ahead is pulled back.
-        target = base + franka.shorten_into_ball(base - measured, delta, cfg.max_target_lead_m)
+        target = base + shorten_into_ball(base - measured, delta, cfg.max_target_lead_m)
         if not np.allclose(target, base + delta):
             events.append(f"clipped:{prefix}lead")
         # Inside the box. Brake: where the TCP is (or is heading) past a wall, that wall moves in by as
@@ -232,9 +262,7 @@ class SafetyFilter:
         if not np.allclose(boxed, target):
             events.append(f"clipped:{prefix}workspace")
         # The target itself moves at most one step, so the controller never sees a jump.
-        safe[arm.translation] = (
-            franka.cap_norm(boxed - base, cfg.max_translation_m) / arm.scaling.max_translation_m
-        )
+        safe[arm.translation] = cap_norm(boxed - base, cfg.max_translation_m) / arm.scaling.max_translation_m
 
     def _limit_rotation(
         self, index: int, arm: _ArmLayout, safe: np.ndarray, state: np.ndarray,
@@ -245,7 +273,7 @@ class SafetyFilter:
         if arm.tcp_quat is None:  # no measured orientation: the per-step limit is all we can do
             if float(np.linalg.norm(rotvec)) > cfg.max_rotation_rad:
                 events.append(f"clipped:{prefix}rotation")
-            safe[arm.rotation] = franka.cap_norm(rotvec, cfg.max_rotation_rad) / arm.scaling.max_rotation_rad
+            safe[arm.rotation] = cap_norm(rotvec, cfg.max_rotation_rad) / arm.scaling.max_rotation_rad
             return
         measured = quat_to_matrix(state[arm.tcp_quat])
         if self._start_rotations[index] is None:

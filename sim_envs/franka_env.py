@@ -421,10 +421,10 @@ class FrankaEnv(gym.Env):
         # Deltas accumulate on the previous target, kept in the workspace box and close to the TCP.
         delta = action[:3].astype(np.float64) * self.cfg.max_translation_m
         if self.cfg.max_step_translation_m > 0:
-            delta = franka.cap_norm(delta, self.cfg.max_step_translation_m)
+            delta = pose_math.cap_norm(delta, self.cfg.max_step_translation_m)
         if self.cfg.max_target_lead_m > 0:
             lead = self._command.arm_target - self.scene.tcp_pos
-            delta = franka.shorten_into_ball(lead, delta, self.cfg.max_target_lead_m)
+            delta = pose_math.shorten_into_ball(lead, delta, self.cfg.max_target_lead_m)
         target_pos = np.clip(self._command.arm_target + delta, WORKSPACE_LOW, WORKSPACE_HIGH)
         tcp = self.scene.tcp_pos
         target_pos = tcp + np.clip(target_pos - tcp, -MAX_TARGET_LEAD_M, MAX_TARGET_LEAD_M)
@@ -434,7 +434,7 @@ class FrankaEnv(gym.Env):
             if self.cfg.max_orientation_change_rad > 0 or self.cfg.max_rotation_lead_rad > 0:
                 return ArmCommand(target_pos, self._guarded_rotation(rotvec, target_quat), gripper)
             if self.cfg.max_step_rotation_rad > 0:
-                rotvec = franka.cap_norm(rotvec, self.cfg.max_step_rotation_rad)
+                rotvec = pose_math.cap_norm(rotvec, self.cfg.max_step_rotation_rad)
             angle = float(np.linalg.norm(rotvec))
             if angle > 1e-9:
                 delta_quat, rotated = np.zeros(4), np.zeros(4)

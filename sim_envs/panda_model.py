@@ -12,20 +12,19 @@ import math
 
 import numpy as np
 
+from protos.embodiment import DHRow, dh_link_transform  # noqa: F401  (re-exported: the scene is built from them)
 from protos.franka import (  # noqa: F401  (re-exported: the scene is built from them)
     FLANGE_D,
     HAND_TCP_Z,
     HOME_JOINTS,
+    JOINT_LOWER,
+    JOINT_UPPER,
+    JOINT_VELOCITY_LIMIT,
     PANDA_DH,
-    DHRow,
-    dh_link_transform,
     forward_kinematics,
 )
 
-JOINT_LOWER = (-2.8973, -1.7628, -2.8973, -3.0718, -2.8973, -0.0175, -2.8973)
-JOINT_UPPER = (2.8973, 1.7628, 2.8973, -0.0698, 2.8973, 3.7525, 2.8973)
 JOINT_TORQUE_LIMIT = (87.0, 87.0, 87.0, 87.0, 12.0, 12.0, 12.0)
-JOINT_VELOCITY_LIMIT = (2.175, 2.175, 2.175, 2.175, 2.61, 2.61, 2.61)
 LINK_MASS = (4.97, 0.65, 3.23, 3.59, 1.23, 1.67, 0.74)
 HAND_MASS = 0.73
 FINGER_MASS = 0.015

@@ -7,6 +7,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from protos.embodiment import Embodiment
 from protos.env_spec import EnvSpec
 from robot_agent.safety import ArmScaling, SafetyConfig, TcpPose
 
@@ -51,7 +52,10 @@ class RobotDriver(ABC):
     spec: EnvSpec
     capabilities: DriverCapabilities
     arms: tuple[ArmScaling, ...]
-    safety_limits: SafetyConfig = SafetyConfig()
+    # The arm it drives (protos.embodiment): the agent's default workspace box comes from it. A driver
+    # without one runs only with the box set in the agent's [safety] section.
+    embodiment: Embodiment | None = None
+    _safety_limits: SafetyConfig | None = None
 
     @abstractmethod
     def reset(self, seed: int | None = None) -> None:
@@ -69,9 +73,16 @@ class RobotDriver(ABC):
     def hold(self) -> None:
         """Keep the current pose (and gripper) for one control period."""
 
+    @property
+    def safety_limits(self) -> SafetyConfig:
+        """The agent's limits, for motions a driver makes on its own (a real arm's homing); until the
+        agent sets them, the defaults with this arm's own box."""
+        if self._safety_limits is None:
+            return SafetyConfig().for_embodiment(self.embodiment, f"driver {self.kind!r}")
+        return self._safety_limits
+
     def set_safety_limits(self, config: SafetyConfig) -> None:
-        """The agent's limits, for motions a driver makes on its own (a real arm's homing)."""
-        self.safety_limits = config
+        self._safety_limits = config.for_embodiment(self.embodiment, f"driver {self.kind!r}")
 
     def tcp_targets(self) -> tuple[TcpPose, ...] | None:
         """Each arm's commanded TCP pose (what the next delta moves), or None to use the measured TCP."""

@@ -7,6 +7,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from protos import franka
 from protos.env_spec import ActionSpace, CameraSpec, EnvSpec, StateField
 from robot_agent.cameras import Camera, CameraConfig, CameraError, make_camera
 from robot_agent.drivers.base import (
@@ -51,6 +52,7 @@ class DualFrankaDriver(RobotDriver):
     """Splits each action between two :class:`FrankaDriver` s; names carry ``left_`` / ``right_`` prefixes."""
 
     kind = "dual-franka"
+    embodiment = franka.PANDA
 
     def __init__(
         self,

@@ -110,6 +110,7 @@ class FrankaDriver(RobotDriver):
     """
 
     kind = "franka"
+    embodiment = franka.PANDA
 
     def __init__(
         self,

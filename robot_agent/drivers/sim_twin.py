@@ -13,6 +13,7 @@ from typing import Any
 
 import numpy as np
 
+from protos import franka
 from robot_agent.drivers.base import (
     DriverCapabilities,
     DriverError,
@@ -54,6 +55,7 @@ class SimTwinDriver(RobotDriver):
     """Drives a MuJoCo Franka task through the same driver interface as a real arm."""
 
     kind = "sim-twin"
+    embodiment = franka.PANDA
 
     def __init__(self, config: SimTwinConfig | None = None) -> None:
         import sim_envs  # lazy: a robot PC without the sim extra never needs MuJoCo

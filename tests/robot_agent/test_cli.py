@@ -97,7 +97,7 @@ def test_bad_robot_config_names_the_key(tmp_path):
     result = connect_with(wrong)
     assert (
         result.returncode == 2
-        and "workspace_low must be tuple[float, float, float], got [0.2, 'left'" in result.stderr
+        and "workspace_low must be tuple[float, float, float] | None, got [0.2, 'left'" in result.stderr
     )
     wrong.write_text('[driver]\nimage_size = "big"\n')
     result = connect_with(wrong)

@@ -163,7 +163,9 @@ def test_dual_franka_splits_one_action_between_two_arms_and_safety_sees_both():
         assert driver.spec.action.dim == 14 and driver.spec.action.names[7] == "right_dx"
         obs = driver.observe()
         assert obs.state.shape == (44,)
-        safety = SafetyFilter(driver.spec, driver.arms, SafetyConfig(max_translation_m=0.01))
+        safety = SafetyFilter(
+            driver.spec, driver.arms, SafetyConfig(max_translation_m=0.01), driver.embodiment
+        )
         action = np.zeros(14, np.float32)
         action[0], action[9] = 1.0, 1.0  # left +x, right +z, both at 5 cm
         safe, events = safety.limit(action, obs.state, None, driver.tcp_targets())

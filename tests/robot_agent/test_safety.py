@@ -5,6 +5,7 @@ import pytest
 
 from protos import ContractError
 from protos.env_spec import ActionSpace, CameraSpec, EnvSpec, StateField, ee_delta_action_space
+from protos.franka import PANDA
 from protos.pose_math import matrix_to_quat, matrix_to_rotvec, quat_to_matrix, rotvec_to_matrix
 from robot_agent.safety import ArmScaling, SafetyConfig, SafetyFilter, TcpPose
 from robot_agent.watchdog import Watchdog
@@ -31,7 +32,7 @@ def state_at(tcp) -> np.ndarray:
 
 
 def make_filter(**overrides) -> SafetyFilter:
-    return SafetyFilter(arm_spec(), (SCALE,), SafetyConfig(**overrides))
+    return SafetyFilter(arm_spec(), (SCALE,), SafetyConfig(**overrides), PANDA)
 
 
 def test_workspace_box_keeps_the_target_inside():
@@ -97,7 +98,7 @@ def test_malformed_chunks_are_rejected_whole(chunk, message):
 def test_joint_actions_are_refused_with_a_clear_message():
     joint = ActionSpace(kind="joint_position", names=tuple("abcdefg"), low=(-1,) * 7, high=(1,) * 7)
     with pytest.raises(ValueError, match="end-effector control"):
-        SafetyFilter(arm_spec(joint), (SCALE,), SafetyConfig())
+        SafetyFilter(arm_spec(joint), (SCALE,), SafetyConfig(), PANDA)
 
 
 def test_bad_safety_config_is_named():
@@ -186,7 +187,7 @@ def state_with(tcp, rotation: np.ndarray) -> np.ndarray:
 
 def test_orientation_stays_within_its_bound_of_the_episode_start_however_long_it_is_pushed():
     safety = SafetyFilter(
-        quat_spec(), (SCALE,), SafetyConfig(max_orientation_change_rad=0.5, max_rotation_lead_rad=0.2)
+        quat_spec(), (SCALE,), SafetyConfig(max_orientation_change_rad=0.5, max_rotation_lead_rad=0.2), PANDA
     )
     start = rotvec_to_matrix(np.array([np.pi, 0, 0]))  # gripper pointing down
     commanded, measured = start, start
@@ -205,7 +206,7 @@ def test_orientation_stays_within_its_bound_of_the_episode_start_however_long_it
 
 
 def test_the_orientation_target_never_leads_the_measured_orientation_by_more_than_the_lead():
-    safety = SafetyFilter(quat_spec(), (SCALE,), SafetyConfig(max_rotation_lead_rad=0.1))
+    safety = SafetyFilter(quat_spec(), (SCALE,), SafetyConfig(max_rotation_lead_rad=0.1), PANDA)
     start = rotvec_to_matrix(np.array([np.pi, 0, 0]))
     commanded = start
     for _ in range(5):  # the wrist is blocked: the measured orientation stays at the start
@@ -233,7 +234,7 @@ def test_the_orientation_target_never_leads_the_measured_orientation_by_more_tha
 def test_a_measured_pose_that_is_not_one_stops_the_action_instead_of_becoming_nan(corrupt, named):
     from robot_agent.safety import UnusableState
 
-    safety = SafetyFilter(quat_spec(), (SCALE,), SafetyConfig())
+    safety = SafetyFilter(quat_spec(), (SCALE,), SafetyConfig(), PANDA)
     state = state_with([0.5, 0, 0.3], rotvec_to_matrix(np.array([np.pi, 0, 0])))
     turn = np.array([0.1, 0, 0, 0, 0, 0.5, 1], np.float32)
     assert np.isfinite(safety.limit(turn, state, None)[0]).all()
@@ -245,7 +246,7 @@ def test_a_measured_pose_that_is_not_one_stops_the_action_instead_of_becoming_na
 def test_a_commanded_target_that_is_not_finite_stops_the_action():
     from robot_agent.safety import UnusableState
 
-    safety = SafetyFilter(quat_spec(), (SCALE,), SafetyConfig())
+    safety = SafetyFilter(quat_spec(), (SCALE,), SafetyConfig(), PANDA)
     state = state_with([0.5, 0, 0.3], rotvec_to_matrix(np.array([np.pi, 0, 0])))
     with pytest.raises(UnusableState, match="commanded TCP is not finite"):
         safety.limit(np.zeros(7, np.float32), state, None, (TcpPose(np.array([0.5, np.nan, 0.3])),))

@@ -7,7 +7,7 @@ import pytest
 from gymnasium.utils.env_checker import check_env
 
 import sim_envs
-from protos import ContractError, validate_observation
+from protos import ContractError, franka, validate_observation
 from sim_envs.registry import UnknownEnvError
 
 ENV_IDS = sorted(sim_envs.ENV_IDS)
@@ -255,7 +255,7 @@ def test_with_the_robots_limits_the_sim_moves_its_target_as_the_agents_safety_fi
     free = sim_envs.make("rlinf/FrankaPickLift-v0", cameras=())
     scale = limited.unwrapped.cfg
     safety = SafetyFilter(
-        limited.env_spec, (ArmScaling(scale.max_translation_m, scale.max_rotation_rad),), limits
+        limited.env_spec, (ArmScaling(scale.max_translation_m, scale.max_rotation_rad),), limits, franka.PANDA
     )
     action = np.array([1.0, 1.0, -1.0, 0, 0, 1.0, 1.0], np.float32)  # 8.7 cm a step, and 0.3 rad about z
     state, _ = limited.reset(seed=0)
