@@ -19,7 +19,7 @@ import importlib.util
 import logging
 import multiprocessing
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 from typing import Any
 
 import numpy as np
@@ -40,9 +40,9 @@ from robot_agent.drivers.base import (
     RobotDriver,
     StepOutcome,
 )
-from robot_agent.drivers.franka_homing import HomingLimits, HomingPlan, HomingRefused, plan_homing
 from robot_agent.drivers.franka_process import STATE_SIZE, TARGET_SIZE, SharedBlock, arm_main, gripper_main
-from robot_agent.drivers.setpoint_filter import SetpointFilter
+from robot_agent.drivers.homing import HomingLimits, HomingPlan, HomingRefused, plan_homing
+from robot_agent.drivers.setpoint_filter import MotionLimits, SetpointFilter
 from robot_agent.safety import ArmScaling, TcpPose
 
 log = logging.getLogger(__name__)
@@ -90,6 +90,11 @@ class FrankaConfig:
     gripper_force_n: float = 20.0  # the grasp force
     gripper_tolerance_m: float = 0.005  # the grasp's width tolerance
     camera_max_age_s: float = 0.2  # a frame older than this holds the robot
+
+    @property
+    def motion_limits(self) -> MotionLimits:
+        """The 1 kHz setpoint profile's limits, as the arm process's filter takes them."""
+        return MotionLimits(**{f.name: getattr(self, f.name) for f in fields(MotionLimits)})
 
     def __post_init__(self) -> None:
         cameras = tuple(c if isinstance(c, CameraConfig) else CameraConfig(**c) for c in self.cameras)
@@ -244,7 +249,9 @@ class FrankaDriver(RobotDriver):
             max_joint_speed_rads=cfg.home_max_joint_speed_rads,
         )
         try:
-            plan = plan_homing(joints, start_tcp, cfg.home_joints, cfg.home_duration_s, limits)
+            plan = plan_homing(
+                joints, start_tcp, cfg.home_joints, cfg.home_duration_s, limits, self.embodiment
+            )
         except HomingRefused as exc:
             raise DriverError(f"franka: {exc}") from None
         log.info(

@@ -98,7 +98,7 @@ class _Arm:
         start = getattr(robot_state, "O_T_EE_c", None) or robot_state.O_T_EE
         position, rotation = pose_from_column_major(start)
         self.target.write(start)
-        setpoint = SetpointFilter(self.config, position, rotation)
+        setpoint = SetpointFilter(self.config.motion_limits, position, rotation)
         self.publish(robot_state, moving=True)
         self.conn.send(("reply", None))  # started: the driver may now move the target
         try:

@@ -1,15 +1,32 @@
-"""The 1 kHz Cartesian setpoint profile the Franka's arm process runs: bounded speed, acceleration, jerk."""
+"""The 1 kHz Cartesian setpoint profile an arm's real-time process runs (the Franka's today): bounded
+speed, acceleration and jerk. It knows no arm: its limits are a :class:`MotionLimits`."""
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from dataclasses import dataclass
 
 import numpy as np
 
 from protos.pose_math import matrix_to_rotvec, rotvec_to_matrix
 
-if TYPE_CHECKING:
-    from robot_agent.drivers.franka import FrankaConfig
+
+@dataclass(frozen=True)
+class MotionLimits:
+    """The setpoint profile's gains and limits (SI units; angles in radians)."""
+
+    setpoint_gain: float  # 1/s: position error -> velocity
+    velocity_gain: float  # 1/s: velocity error -> acceleration
+    max_speed_mps: float
+    max_accel_mps2: float
+    max_jerk_mps3: float
+    max_angular_speed: float
+    max_angular_accel: float
+    max_angular_jerk: float
+
+    def __post_init__(self) -> None:
+        for name, value in vars(self).items():
+            if value <= 0:
+                raise ValueError(f"setpoint {name} must be > 0, got {value}")
 
 
 class SetpointFilter:
@@ -21,7 +38,7 @@ class SetpointFilter:
     refused (``cartesian_motion_generator_joint_acceleration_discontinuity``).
     """
 
-    def __init__(self, config: FrankaConfig, position: np.ndarray, rotation: np.ndarray) -> None:
+    def __init__(self, config: MotionLimits, position: np.ndarray, rotation: np.ndarray) -> None:
         self.config = config
         self.stop_at(position, rotation)
 
@@ -72,4 +89,4 @@ def _clip_norm(vector: np.ndarray, max_norm: float) -> np.ndarray:
     return vector * (max_norm / norm) if norm > max_norm else vector
 
 
-__all__ = ["SetpointFilter"]
+__all__ = ["MotionLimits", "SetpointFilter"]

@@ -15,13 +15,14 @@ from types import SimpleNamespace
 
 import numpy as np
 
+from protos.franka import PANDA
 from robot_agent.drivers.franka import HOME_JOINTS
-from robot_agent.drivers.franka_homing import flange_pose
+from robot_agent.drivers.homing import flange_pose
 
 HOME_POSE = np.array(
     [[1, 0, 0, 0], [0, -1, 0, 0], [0, 0, -1, 0], [0.307, 0.0, 0.487, 1]], dtype=float
 ).reshape(-1)  # column-major O_T_EE: TCP pointing down at the sim twin's home
-FLANGE_TO_TCP = np.linalg.inv(flange_pose(HOME_JOINTS)) @ HOME_POSE.reshape(4, 4).T
+FLANGE_TO_TCP = np.linalg.inv(flange_pose(HOME_JOINTS, PANDA)) @ HOME_POSE.reshape(4, 4).T
 REFLEX_X = 0.45
 START_JOINTS_VARIABLE = "FAKE_FRANKA_START_JOINTS"
 RealtimeConfig = SimpleNamespace(kIgnore="kIgnore", kEnforce="kEnforce")
@@ -41,7 +42,7 @@ class _Arm:
         # Where a person left the arm in guiding mode (the helper process inherits the variable).
         start = os.environ.get(START_JOINTS_VARIABLE)
         self.q = np.array([float(v) for v in start.split(",")] if start else HOME_JOINTS)
-        self.pose = (flange_pose(self.q) @ FLANGE_TO_TCP).T.reshape(-1)
+        self.pose = (flange_pose(self.q, PANDA) @ FLANGE_TO_TCP).T.reshape(-1)
         self.error: str | None = None
 
 
@@ -94,7 +95,7 @@ class _Control:
             ARM.pose = pose
         else:
             ARM.q = np.asarray(command.q, float)
-            ARM.pose = (flange_pose(ARM.q) @ FLANGE_TO_TCP).T.reshape(-1)
+            ARM.pose = (flange_pose(ARM.q, PANDA) @ FLANGE_TO_TCP).T.reshape(-1)
         self.finished = command.motion_finished
 
 

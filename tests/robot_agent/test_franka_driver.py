@@ -37,7 +37,7 @@ def test_pose_math_round_trips():
 def test_setpoint_filter_limits_speed_acceleration_and_jerk_and_converges():
     cfg = FrankaConfig(max_speed_mps=0.2, max_accel_mps2=1.0, max_jerk_mps3=100.0)
     start = np.array([0.3, 0.0, 0.5])
-    filt = SetpointFilter(cfg, start, np.eye(3))
+    filt = SetpointFilter(cfg.motion_limits, start, np.eye(3))
     target = start + np.array([0.1, 0.0, 0.0])
     positions, dt = [start], 0.001
     for _ in range(3000):

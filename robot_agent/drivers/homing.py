@@ -1,13 +1,13 @@
-"""Homing a Franka within the agent's limits: the joint motion is planned, checked and timed first.
+"""Homing an arm within the agent's limits: the joint motion is planned, checked and timed first.
 
 Homing is a joint-space motion (a cosine blend from the current joints to ``home_joints``), so it
 does not pass through the per-step safety filter. Before it runs, the TCP's path is computed with
 the arm's forward kinematics: a path that leaves the workspace box is refused, and the duration is
 stretched until neither the TCP nor any joint moves faster than its limit.
 
-Kinematics: ``protos.franka`` (Franka's published DH table; the FR3 uses the same), plus
-the flange-to-TCP transform measured on the arm at the start, so an end effector configured in Desk
-is honoured without being known here.
+Kinematics: the arm's :class:`~protos.embodiment.Embodiment` (its published DH table), plus the
+flange-to-TCP transform measured on the arm at the start, so an end effector configured on the
+robot (Franka's Desk, UR's TCP setting) is honoured without being known here.
 """
 
 from __future__ import annotations
@@ -17,15 +17,15 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from protos.franka import forward_kinematics
+from protos.embodiment import Embodiment
 
 PEAK_SPEED_FACTOR = math.pi / 2  # the cosine blend's peak speed over its mean speed
 PATH_SAMPLES = 200
 
 
-def flange_pose(joints) -> np.ndarray:
-    """4x4 base-to-flange transform of a Panda / FR3 at ``joints`` (7 angles, radians)."""
-    return forward_kinematics(joints, tcp=False)
+def flange_pose(joints, embodiment: Embodiment) -> np.ndarray:
+    """4x4 base-to-flange transform of ``embodiment`` at ``joints`` (radians)."""
+    return embodiment.forward_kinematics(joints, tcp=False)
 
 
 @dataclass(frozen=True)
@@ -51,7 +51,12 @@ class HomingRefused(ValueError):
 
 
 def plan_homing(
-    start_joints, start_tcp: np.ndarray, home_joints, min_duration_s: float, limits: HomingLimits
+    start_joints,
+    start_tcp: np.ndarray,
+    home_joints,
+    min_duration_s: float,
+    limits: HomingLimits,
+    embodiment: Embodiment,
 ) -> HomingPlan:
     """Check the straight joint-space path to ``home_joints`` against ``limits`` and time it.
 
@@ -59,10 +64,10 @@ def plan_homing(
     TCP transform. A start already outside the box may home if the path never goes further out.
     """
     start, goal = np.asarray(start_joints, float), np.asarray(home_joints, float)
-    flange_to_tcp = np.linalg.inv(flange_pose(start)) @ np.asarray(start_tcp, float)
+    flange_to_tcp = np.linalg.inv(flange_pose(start, embodiment)) @ np.asarray(start_tcp, float)
     path = np.array(
         [
-            (flange_pose(start + s * (goal - start)) @ flange_to_tcp)[:3, 3]
+            (flange_pose(start + s * (goal - start), embodiment) @ flange_to_tcp)[:3, 3]
             for s in np.linspace(0, 1, PATH_SAMPLES)
         ]
     )
