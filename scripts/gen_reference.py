@@ -54,6 +54,7 @@ CONFIG_SECTIONS = (
             ("driver (--robot sim-twin)", "robot_agent.drivers.sim_twin:SimTwinConfig"),
             ("driver (--robot franka)", "robot_agent.drivers.franka:FrankaConfig"),
             ("driver (--robot dual-franka)", "robot_agent.drivers.dual_franka:DualFrankaConfig"),
+            ("driver (--robot ur5e)", "robot_agent.drivers.ur5e:UR5eConfig"),
         ],
     ),
 )

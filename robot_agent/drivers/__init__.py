@@ -20,6 +20,7 @@ DRIVERS: dict[str, tuple[str, str, str]] = {
     "sim-twin": ("robot_agent.drivers.sim_twin", "SimTwinDriver", "SimTwinConfig"),
     "franka": ("robot_agent.drivers.franka", "FrankaDriver", "FrankaConfig"),
     "dual-franka": ("robot_agent.drivers.dual_franka", "DualFrankaDriver", "DualFrankaConfig"),
+    "ur5e": ("robot_agent.drivers.ur5e", "UR5eDriver", "UR5eConfig"),
 }
 
 
