@@ -14,11 +14,8 @@ code runs against a simulator of the libfranka network protocol (``shared/HARDWA
 
 from __future__ import annotations
 
-import contextlib
 import importlib.util
 import logging
-import multiprocessing
-import time
 from dataclasses import dataclass, fields
 from typing import Any
 
@@ -27,23 +24,18 @@ import numpy as np
 from protos import franka
 from protos.env_spec import CameraSpec, EnvSpec, ee_delta_action_space
 from protos.pose_math import (
-    matrix_to_quat,
     pose_from_column_major,
     pose_to_column_major,
-    rotvec_to_matrix,
 )
-from robot_agent.cameras import Camera, CameraConfig, CameraError, make_camera
+from robot_agent.cameras import CameraConfig
 from robot_agent.drivers.base import (
     DriverCapabilities,
     DriverError,
-    DriverObservation,
-    RobotDriver,
-    StepOutcome,
 )
-from robot_agent.drivers.franka_process import STATE_SIZE, TARGET_SIZE, SharedBlock, arm_main, gripper_main
+from robot_agent.drivers.cartesian_arm import ArmReading, CartesianArmDriver
+from robot_agent.drivers.franka_process import STATE_SIZE, TARGET_SIZE, arm_main, gripper_main
 from robot_agent.drivers.homing import HomingLimits, HomingPlan, HomingRefused, plan_homing
 from robot_agent.drivers.setpoint_filter import MotionLimits, SetpointFilter
-from robot_agent.safety import ArmScaling, TcpPose
 
 log = logging.getLogger(__name__)
 
@@ -107,7 +99,7 @@ class FrankaConfig:
             raise ValueError(f"cartesian_stiffness needs 6 values, got {len(self.cartesian_stiffness)}")
 
 
-class FrankaDriver(RobotDriver):
+class FrankaDriver(CartesianArmDriver):
     """A Franka arm under Cartesian impedance, behind the driver interface.
 
     ``plf_module`` names the pylibfranka module to import in the helper processes; tests name a
@@ -116,6 +108,7 @@ class FrankaDriver(RobotDriver):
 
     kind = "franka"
     embodiment = franka.PANDA
+    title, stream_helper = "Franka", "arm"
 
     def __init__(
         self,
@@ -123,7 +116,7 @@ class FrankaDriver(RobotDriver):
         plf_module: str = "pylibfranka",
         camera_seams: dict | None = None,
     ) -> None:
-        self.config = cfg = config or FrankaConfig()
+        cfg = config or FrankaConfig()
         self.plf_module = plf_module
         self.spec = EnvSpec(
             name="franka/real",
@@ -136,84 +129,40 @@ class FrankaDriver(RobotDriver):
             metadata={"robot": "franka", "host": cfg.host},
         )
         self.capabilities = DriverCapabilities(reset=False, reward=False, gripper=True)
-        self.arms = (ArmScaling(cfg.max_translation_m, cfg.max_rotation_rad),)
-        self.cameras: list[Camera] = [
-            make_camera(c, **(camera_seams or {}).get(c.name, {})) for c in cfg.cameras
-        ]
-        self._context = multiprocessing.get_context("spawn")
-        self._state = SharedBlock(self._context, STATE_SIZE)
-        self._target = SharedBlock(self._context, TARGET_SIZE)
-        self._gripper_width = self._context.RawValue("d", cfg.gripper_max_width_m)
-        self._processes: list[Any] = []
-        self._arm_conn: Any = None
-        self._gripper_conn: Any = None
-        self._target_position: np.ndarray | None = None
-        self._target_rotation: np.ndarray | None = None
-        self._fault: str | None = None
-        self._holding = False
-        self._stopped = False
+        self._setup(cfg, camera_seams, STATE_SIZE, TARGET_SIZE)
 
     # -- helper processes ----------------------------------------------------------------------------
     def connect(self) -> None:
         """Start the arm and gripper processes (they connect to the robot) and the cameras."""
-        if self._processes:
+        if self._helpers.running:
             return
         if importlib.util.find_spec(self.plf_module.split(".")[0]) is None:
             raise DriverError(f"the franka driver needs {self.plf_module}: pip install '.[franka]'")
-        for name, main, shared in (
-            ("arm", arm_main, (self._state, self._target)),
-            ("gripper", gripper_main, (self._gripper_width,)),
-        ):
-            ours, theirs = self._context.Pipe()
-            args = (self.plf_module, self.config.host, self.config, *shared, theirs)
-            process = self._context.Process(target=main, args=args, name=f"franka-{name}", daemon=True)
-            process.start()
-            self._processes.append(process)
-            deadline = time.monotonic() + 30.0
-            while not ours.poll(0.1):
-                if not process.is_alive() or time.monotonic() > deadline:
-                    self.close()
-                    raise DriverError(
-                        f"the franka {name} process did not start (exit code {process.exitcode}); "
-                        "a script that builds the driver needs an `if __name__ == '__main__':` guard"
-                    )
-            _, error = ours.recv()
-            if error:
-                self.close()
-                raise DriverError(error)
-            if name == "arm":
-                self._arm_conn = ours
-            else:
-                self._gripper_conn = ours
+        host = self.config.host
+        self._helpers.start("arm", arm_main, (self.plf_module, host, self.config, self._state, self._target))
+        self._helpers.start(
+            "gripper", gripper_main, (self.plf_module, host, self.config, self._gripper_width)
+        )
         for camera in self.cameras:
             camera.start()
-
-    def _call(self, *command: Any, timeout: float = 10.0) -> None:
-        """Send a command to the arm process and wait for its reply (faults met on the way are kept)."""
-        self._arm_conn.send(command)
-        deadline = time.monotonic() + timeout
-        while self._arm_conn.poll(max(0.0, deadline - time.monotonic())):
-            kind, message = self._arm_conn.recv()
-            if kind == "fault":
-                self._fault = message
-                continue
-            if message:
-                raise DriverError(f"franka {command[0]} failed: {message}")
-            return
-        raise DriverError(f"franka {command[0]}: no reply within {timeout} s")
-
-    def _drain_faults(self) -> None:
-        for conn in (self._arm_conn, self._gripper_conn):
-            while conn is not None and conn.poll():
-                kind, message = conn.recv()
-                if kind == "fault":
-                    self._fault = message
-                    log.error("franka: %s", message)
 
     def _read(self) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, bool, int]:
         values = self._state.read()
         position, rotation = pose_from_column_major(values[14:30])
         return values[:7], values[7:14], position, rotation, bool(values[30]), int(values[31])
+
+    def _measured(self) -> ArmReading:
+        q, dq, position, rotation, moving, _ = self._read()
+        return ArmReading(q, dq, position, rotation, moving)
+
+    def _write_target(self, position: np.ndarray, rotation: np.ndarray) -> None:
+        self._target.write(pose_to_column_major(position, rotation))
+
+    def _read_target(self) -> tuple[np.ndarray, np.ndarray]:
+        return pose_from_column_major(self._target.read())
+
+    def _goodbyes(self) -> dict[str, list[Any]]:
+        return {"arm": [("stop",), ("close",)], "gripper": ["close"]}
 
     @property
     def rt_overruns(self) -> int:
@@ -226,13 +175,13 @@ class FrankaDriver(RobotDriver):
         del seed  # a real scene cannot be reseeded
         self._ensure_connected()
         self._call("stop")
-        self._drain_faults()
-        if self._fault is not None:
+        self._helpers.drain_faults(log)
+        if self._helpers.fault is not None:
             self._call("recover")
-            self._fault = None
+            self._helpers.fault = None
         plan = self._plan_homing()
         self._call("home", list(self.config.home_joints), plan.duration_s, timeout=plan.duration_s + 10)
-        self._gripper_conn.send(self.config.gripper_max_width_m)
+        self._send_gripper(self.config.gripper_max_width_m)
         self._target_position = None
         self._holding = False
 
@@ -260,98 +209,12 @@ class FrankaDriver(RobotDriver):
         )  # fmt: skip
         return plan
 
-    def observe(self) -> DriverObservation:
-        self._ensure_connected()
-        self._drain_faults()
-        q, dq, position, rotation, _, _ = self._read()
-        gripper_width = self._gripper_width.value
-        vector = np.concatenate([q, dq, position, matrix_to_quat(rotation), [gripper_width / 2]]).astype(
-            np.float32
-        )
-        images, stamps = {}, {}  # gripper_width is per finger, as in the sim twin
-        for camera in self.cameras:
-            try:
-                frame = camera.read_latest(self.config.camera_max_age_s)
-            except CameraError as exc:
-                raise DriverError(str(exc)) from None
-            images[camera.config.name], stamps[camera.config.name] = frame.image, frame.capture_ns
-        return DriverObservation(vector, images, stamps)
-
-    def apply(self, action: np.ndarray) -> StepOutcome:
-        self._ensure_connected()
-        self._drain_faults()
-        if self._fault is not None:
-            raise DriverError(f"the Franka stopped: {self._fault}; the next episode reset recovers it")
-        _, _, measured, measured_rotation, moving, _ = self._read()
-        if not moving:
-            self._call("stream")  # from the current pose: the first target is where the arm is
-            self._target_position, self._target_rotation = measured, measured_rotation
-        cfg = self.config
-        position = self._target_position + np.asarray(action[:3], float) * cfg.max_translation_m
-        position = measured + np.clip(position - measured, -cfg.max_target_lead_m, cfg.max_target_lead_m)
-        rotation = (
-            rotvec_to_matrix(np.asarray(action[3:6], float) * cfg.max_rotation_rad) @ self._target_rotation
-        )
-        self._set_target(position, rotation)
-        self._gripper_conn.send((float(action[6]) + 1.0) / 2.0 * cfg.gripper_max_width_m)
-        self._holding = False
-        return StepOutcome()
-
-    def _set_target(self, position: np.ndarray, rotation: np.ndarray) -> None:
-        self._target_position, self._target_rotation = position, rotation
-        self._target.write(pose_to_column_major(position, rotation))
-
-    def hold(self) -> None:
-        if self._stopped or not self._processes or self._holding:
-            return
-        if self._read()[4]:  # moving: brake to a stop, not back to where the target had led
-            self._call("hold")
-            self._target_position, self._target_rotation = pose_from_column_major(self._target.read())
-        self._holding = True
-
-    def tcp_targets(self) -> tuple[TcpPose, ...] | None:
-        if self._target_position is None:
-            return None
-        return (TcpPose(self._target_position.copy(), matrix_to_quat(self._target_rotation)),)
-
-    def estop(self) -> None:
-        """Stop the motion now; the arm stays stopped until the agent is restarted."""
-        self._stopped = True
-        if self._arm_conn is not None:
-            try:
-                self._call("estop", timeout=2.0)
-            except DriverError as exc:
-                log.error("e-stop: %s", exc)
-
     def recover(self) -> None:
         """After a reflex (e.g. a collision), clear the error; motion resumes with the next action."""
         self._ensure_connected()
         self._call("stop")
         self._call("recover")
-        self._fault = None
-
-    def close(self) -> None:
-        for conn, message in (
-            (self._arm_conn, ("stop",)),
-            (self._arm_conn, ("close",)),
-            (self._gripper_conn, "close"),
-        ):
-            if conn is not None:
-                with contextlib.suppress(OSError):
-                    conn.send(message)
-        for process in self._processes:
-            process.join(3.0)
-            if process.is_alive():
-                process.kill()
-        self._processes, self._arm_conn, self._gripper_conn = [], None, None
-        for camera in self.cameras:
-            camera.stop()
-
-    def _ensure_connected(self) -> None:
-        if self._stopped:
-            raise DriverError("the arm is e-stopped; restart the agent")
-        if not self._processes:
-            self.connect()
+        self._helpers.fault = None
 
 
 __all__ = ["FrankaConfig", "FrankaDriver", "SetpointFilter"]

@@ -12,39 +12,17 @@ from __future__ import annotations
 
 import importlib
 import math
-import time
 from typing import Any
 
 import numpy as np
 
 from protos.pose_math import pose_from_column_major, pose_to_column_major
+from robot_agent.drivers.helpers import SharedBlock
 from robot_agent.drivers.setpoint_filter import SetpointFilter
 
 # Shared arm state: q[7], dq[7], O_T_EE[16] (column-major), moving, overruns.
 STATE_SIZE = 7 + 7 + 16 + 2
 TARGET_SIZE = 16
-
-
-class SharedBlock:
-    """A float64 vector in shared memory behind a seqlock: one writer, readers never see a torn copy."""
-
-    def __init__(self, context: Any, size: int) -> None:
-        self.values = context.RawArray("d", size)
-        self.version = context.RawValue("q", 0)
-
-    def write(self, data) -> None:
-        self.version.value += 1  # odd: a write is in progress
-        self.values[:] = data
-        self.version.value += 1
-
-    def read(self) -> np.ndarray:
-        while True:
-            before = self.version.value
-            if before % 2 == 0:
-                data = np.frombuffer(self.values, dtype=np.float64).copy()
-                if self.version.value == before:
-                    return data
-            time.sleep(0)
 
 
 def _seconds(period: Any) -> float:

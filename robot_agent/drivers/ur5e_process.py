@@ -20,7 +20,7 @@ from typing import Any
 import numpy as np
 
 from protos.pose_math import matrix_to_rotvec, rotvec_to_matrix
-from robot_agent.drivers.franka_process import SharedBlock
+from robot_agent.drivers.helpers import SharedBlock
 from robot_agent.drivers.setpoint_filter import MotionLimits, SetpointFilter
 
 # Shared arm state: q[6], qd[6], TCP pose[6] (x, y, z, rx, ry, rz), streaming, protective stop, e-stop, overruns.
