@@ -60,11 +60,6 @@ class VLAConfig:
                 raise ValueError(f"unknown policy.vla key {key!r}; known: {sorted(known)}")
         return cls(**data)
 
-    @property
-    def flow(self) -> bool:
-        """Whether a tiny backbone is a flow-matching family (a checkpoint's layout decides otherwise)."""
-        return self.backbone in ("tiny:pi0", "tiny:pi05", "tiny:smolvla")
-
 
 @dataclass
 class PolicyConfig:
