@@ -41,7 +41,9 @@ def saved_policy(folder: Path, kind: str):
     torch.manual_seed(0)
     config = {
         "mlp": {"kind": "mlp", "hidden_sizes": [32]},
-        "vla": {"kind": "vla", "cameras": ["front"], "chunk_size": 4},
+        # tiny:pi0: its chunk is continuous, so its actions differ step to step (an OFT at random
+        # weights can give one bin for them all, which would hide a chunk played out of order)
+        "vla": {"kind": "vla", "cameras": ["front"], "chunk_size": 4, "vla": {"backbone": "tiny:pi0"}},
     }
     policy = make_policy(driver.spec, PolicyConfig(**config[kind]))
     driver.close()
