@@ -15,10 +15,10 @@ from pathlib import Path
 
 import numpy as np
 
-from protos import franka
 from protos.lerobot_dataset import DatasetError
 from protos.user_error import UserError
 from sim_envs.physics import SEARCH_RANGES, PhysicsParams
+from sim_envs.sim_arm import SIM_ARM_MODULES, arm_for_robot_type, sim_arm
 
 # The state fields compared, and the size of an error that counts as 1 in the objective.
 ERROR_SCALES = {"tcp_pos": 0.01, "joint_pos": 0.05, "gripper_width": 0.005, "cube_pos": 0.01}
@@ -86,15 +86,17 @@ class FitResult:
 # -- reading the robot's episodes ---------------------------------------------------------------
 @dataclass(frozen=True)
 class RecordedEpisodes:
-    """The episodes sysid fits to, with the rate and the action names they were recorded with."""
+    """The episodes sysid fits to, with the rate and the action names they were recorded with, and
+    the sim arm that replays them (from the dataset's ``robot_type``)."""
 
     episodes: list[RecordedEpisode]
     fps: float
     action_names: tuple[str, ...]
+    robot: str = "panda"
 
 
 def load_recorded_episodes(root: str | Path, max_episodes: int) -> RecordedEpisodes:
-    """Up to ``max_episodes`` complete (not aborted) episodes of a Franka dataset."""
+    """Up to ``max_episodes`` complete (not aborted) episodes of a dataset of an arm the sim has."""
     from protos.lerobot_reader import read_episodes, read_frames, read_info
 
     try:
@@ -102,13 +104,13 @@ def load_recorded_episodes(root: str | Path, max_episodes: int) -> RecordedEpiso
         features = info["features"]
         state_names = list(features.get("observation.state", {}).get("names") or [])
         recorded_actions = list(features.get("action", {}).get("names") or [])
-        proprio = [
-            f.name if f.size == 1 else f"{f.name}.{i}" for f in franka.STATE_FIELDS for i in range(f.size)
-        ]
+        robot = _sim_arm_of(root, str(info.get("robot_type") or ""))
+        fields = sim_arm(robot).embodiment.state_fields
+        proprio = [f.name if f.size == 1 else f"{f.name}.{i}" for f in fields for i in range(f.size)]
         if state_names[: len(proprio)] != proprio:
             raise SysIdError(
-                f"dataset {str(root)!r} is not a Franka's: its state does not start with the Franka "
-                f"proprioception {[f.name for f in franka.STATE_FIELDS]}"
+                f"dataset {str(root)!r} is a {robot}'s, but its state does not start with the {robot}'s "
+                f"proprioception {[f.name for f in fields]}"
             )
         if int(info.get("total_episodes", 0)) == 0:
             raise SysIdError(f"dataset {str(root)!r} has no episodes")
@@ -133,7 +135,17 @@ def load_recorded_episodes(root: str | Path, max_episodes: int) -> RecordedEpiso
             break
     if not episodes:
         raise SysIdError(f"dataset {str(root)!r} has no complete episode of 2 or more frames")
-    return RecordedEpisodes(episodes, float(info["fps"]), tuple(recorded_actions))
+    return RecordedEpisodes(episodes, float(info["fps"]), tuple(recorded_actions), robot)
+
+
+def _sim_arm_of(root: str | Path, robot_type: str) -> str:
+    robot = arm_for_robot_type(robot_type)
+    if robot is None:
+        known = [sim_arm(name).spec_robot for name in SIM_ARM_MODULES]
+        raise SysIdError(
+            f"dataset {str(root)!r} has robot_type {robot_type!r}; sysid replays the sim's arms, {known}"
+        )
+    return robot
 
 
 def _field_columns(state_names: list[str]) -> dict[str, list[int]]:
@@ -155,7 +167,8 @@ class EpisodeReplayer:
         from sim_envs.franka_env import FrankaEnv
 
         try:
-            self.env = FrankaEnv(task=task, cameras=(), privileged_state=True, control_hz=recorded.fps,
+            self.env = FrankaEnv(task=task, robot=recorded.robot, cameras=(), privileged_state=True,
+                                 control_hz=recorded.fps,
                                  action_rotation=len(recorded.action_names) == 7, initial_joint_noise=0.0,
                                  **(action_scale or {}))  # fmt: skip
         except ValueError as exc:

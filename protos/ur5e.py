@@ -3,9 +3,11 @@ kinematics (the standard Denavit-Hartenberg table UR gives for the e-series) and
 of its ROS description, with a Robotiq 2F-85 parallel gripper on the flange.
 
 At all-zero joints the arm lies stretched along the base's -x axis: the flange at
-(-0.8172, -0.2329, 0.0628) m, as UR's table gives. The home pose below holds the TCP about 0.49 m
-in front of the base (along -x) and 0.34 m up, pointing down; the default workspace box is around
-it, kept 0.25 m clear of the base's axis.
+(-0.8172, -0.2329, 0.0628) m, as UR's table gives. The home pose below turns the shoulder half a
+turn, so the arm works along +x, the side where the tabletop scene (and the Panda's workspace) is:
+the TCP about 0.49 m in front of the base and 0.34 m up, pointing down. The default workspace box is
+around it, kept 0.25 m clear of the base's axis. A cell laid out otherwise sets ``home_joints`` and
+``[safety]``'s box for itself.
 """
 
 from __future__ import annotations
@@ -30,7 +32,7 @@ STATE_FIELDS = (
     StateField("tcp_quat", 4),  # (w, x, y, z)
     StateField("gripper_width", 1),  # per finger, metres
 )
-HOME_JOINTS = (0.0, -math.pi / 2, math.pi / 2, -math.pi / 2, -math.pi / 2, 0.0)
+HOME_JOINTS = (math.pi, -math.pi / 2, math.pi / 2, -math.pi / 2, -math.pi / 2, 0.0)
 TWO_PI = 2 * math.pi
 # ±360° on every joint but the elbow, which its description limits to ±180° (the arm's own links).
 JOINT_LOWER = (-TWO_PI, -TWO_PI, -math.pi, -TWO_PI, -TWO_PI, -TWO_PI)
@@ -49,8 +51,8 @@ UR5E = Embodiment(
     flange_tcp_m=ROBOTIQ_2F85_TCP_M,
     gripper=Gripper("robotiq_2f85", max_width_m=0.085, force_n=100.0),
     state_fields=STATE_FIELDS,
-    workspace_low=(-0.75, -0.45, 0.02),
-    workspace_high=(-0.25, 0.25, 0.6),
+    workspace_low=(0.25, -0.45, 0.02),
+    workspace_high=(0.75, 0.45, 0.6),
     target_lead_m=0.1,
     control_modes=("servo_l", "speed_l"),  # ur_rtde's RTDEControlInterface
     sim_model="ur5e",

@@ -15,12 +15,12 @@ from sim_envs.vector import make_vector  # noqa: E402
 
 # No passive env checker: gymnasium >= 1.4's refuses an empty Dict space, which a state-only env
 # (``cameras=()``) has under "images"; its other checks are covered by tests/sim_envs.
-for _env_id, _task in ENV_IDS.items():
+for _env_id, _kwargs in ENV_IDS.items():
     if _env_id not in _gym.registry:
         _gym.register(
             id=_env_id,
             entry_point="sim_envs.franka_env:FrankaEnv",
-            kwargs={"task": _task},
+            kwargs=dict(_kwargs),
             disable_env_checker=True,
         )
 for _env_id, _entry_point in SUITE_IDS.items():  # their simulators are imported when one is made

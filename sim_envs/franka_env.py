@@ -1,4 +1,5 @@
-"""The MuJoCo Franka tabletop env behind the shared env contract (a gymnasium ``Env``)."""
+"""The MuJoCo tabletop env behind the shared env contract (a gymnasium ``Env``), for any arm the sim
+has (``robot``: the Franka Panda by default, or the UR5e)."""
 
 from __future__ import annotations
 
@@ -18,31 +19,25 @@ from protos import (
     CameraSpec,
     EnvSpec,
     ee_delta_action_space,
-    franka,
     pose_math,
     validate_action,
 )
 from protos.env_spec import INSTRUCTION_CHARSET, with_previous_action
-from sim_envs import panda_model
 from sim_envs.errors import EnvConfigError
 from sim_envs.physics import PhysicsParams, load_physics_file, physics_between
 from sim_envs.randomization import DomainRandomization, ModelRandomizer
 from sim_envs.rendering import make_renderer
 from sim_envs.scene import SceneConfig, build_scene_xml, load_camera_mounts
-from sim_envs.scene_view import FrankaSceneView, PerceivedScene
+from sim_envs.scene_view import PerceivedScene, TabletopSceneView
+from sim_envs.sim_arm import SIM_ARM_MODULES, sim_arm
 from sim_envs.tasks import make_task
 
 CAMERAS = ("front", "wrist")
-# The TCP target is kept inside the Franka contract's box and within its lead of the TCP.
-WORKSPACE_LOW = np.array(franka.WORKSPACE_LOW)
-WORKSPACE_HIGH = np.array(franka.WORKSPACE_HIGH)
-MAX_TARGET_LEAD_M = franka.TARGET_LEAD_M
 _INSTABILITY_WARNINGS = (
     mujoco.mjtWarning.mjWARN_BADQACC,
     mujoco.mjtWarning.mjWARN_BADQVEL,
     mujoco.mjtWarning.mjWARN_BADQPOS,
 )
-PROPRIO_FIELDS = franka.STATE_FIELDS
 # The robot agent's safety limits the sim can apply as the agent does (FrankaEnvConfig; 0: off).
 ROBOT_LIMITS = ("max_step_translation_m", "max_step_rotation_rad", "max_target_lead_m",
                 "max_orientation_change_rad", "max_rotation_lead_rad")  # fmt: skip
@@ -52,30 +47,31 @@ ROBOT_LIMITS = ("max_step_translation_m", "max_step_rotation_rad", "max_target_l
 class ArmCommand:
     """What the controllers track: a TCP pose (Cartesian mode) or joint targets, plus the gripper."""
 
-    arm_target: np.ndarray  # TCP position [3] (Cartesian) or joint positions [7]
+    arm_target: np.ndarray  # TCP position [3] (Cartesian) or joint positions [one per arm joint]
     tcp_quat: np.ndarray | None  # TCP orientation (w, x, y, z) in Cartesian mode, else None
     gripper_width: float  # per-finger opening, 0..FINGER_TRAVEL
 
 
 @dataclass(frozen=True)
 class FrankaEnvConfig:
-    """Everything that shapes a Franka task env. Unknown keys are rejected by name."""
+    """Everything that shapes a tabletop task env. Unknown keys are rejected by name."""
 
     task: str = "pick_lift"  # reach, push, pick_lift or pick_color
+    robot: str = "panda"  # the arm: panda (Franka Panda) or ur5e (sim_envs.sim_arm)
     control_hz: float = 10.0  # policy steps per second
     physics_dt: float = 0.005  # MuJoCo's step (s); control_hz must divide its rate
     action_mode: str = EE_DELTA_POSE_GRIPPER  # ee_delta_pose+gripper (Cartesian impedance) or joint_position
     action_rotation: bool = True  # false: actions are translation + gripper only
     max_translation_m: float = 0.05  # what a full action moves the TCP per step
     max_rotation_rad: float = 0.3  # what a full action turns the TCP per step
-    # The robot agent's safety limits, applied as it applies them (protos.franka's helpers), so a
+    # The robot agent's safety limits, applied as it applies them (protos.pose_math's helpers), so a
     # policy learns to move as the guarded robot will: a step at most ``safety.max_translation_m`` /
     # ``max_rotation_rad`` long (0.03 m, 0.2 rad by default; a longer one keeps its direction) and a
     # target at most ``safety.max_target_lead_m`` (0.03 m) ahead of the measured TCP, which on an arm
     # that lags its target (a weak actuator) sets its speed; an orientation at most
     # ``safety.max_orientation_change_rad`` (1.6 rad) from the episode's first one and
     # ``safety.max_rotation_lead_rad`` (0.2 rad) from the measured one. 0: no such limit (the sim's
-    # own controller keeps a target within franka.TARGET_LEAD_M per axis, and any orientation).
+    # own controller keeps a target within the arm's ``target_lead_m`` per axis, and any orientation).
     max_step_translation_m: float = 0.0
     max_step_rotation_rad: float = 0.0  # see max_step_translation_m (0: no limit)
     max_target_lead_m: float = 0.0  # see max_step_translation_m (0: no limit)
@@ -114,6 +110,8 @@ class FrankaEnvConfig:
     real_time: bool = False
 
     def __post_init__(self) -> None:
+        if self.robot not in SIM_ARM_MODULES:
+            raise EnvConfigError(f"unknown robot {self.robot!r}; the sim has {sorted(SIM_ARM_MODULES)}")
         if self.action_mode not in (EE_DELTA_POSE_GRIPPER, JOINT_POSITION):
             raise EnvConfigError(
                 f"action_mode must be {EE_DELTA_POSE_GRIPPER!r} or {JOINT_POSITION!r}, "
@@ -168,7 +166,10 @@ class FrankaEnvConfig:
 
 
 class FrankaEnv(gym.Env):
-    """A Franka Panda tabletop task (reach, push or pick-lift) in MuJoCo.
+    """A tabletop task (reach, push, pick-lift or pick-colour) in MuJoCo, on the Panda or the UR5e.
+
+    The world frame is the arm's base frame, as a real arm reports its poses; the TCP target stays
+    inside the arm's workspace box and within its ``target_lead_m`` of the TCP (its embodiment).
 
     Observations follow the contract in :mod:`protos`; ``env_spec`` describes them. Actions are
     validated before they reach the physics: a NaN, a wrong shape or an out-of-bounds value raises
@@ -191,8 +192,12 @@ class FrankaEnv(gym.Env):
             raise EnvConfigError(f"render_mode must be None or 'rgb_array', got {render_mode!r}")
         self.render_mode = render_mode
         self.task = make_task(self.cfg.task)
+        self.arm = sim_arm(self.cfg.robot)
+        self.embodiment = self.arm.embodiment
+        self._workspace = (np.array(self.embodiment.workspace_low), np.array(self.embodiment.workspace_high))
         arm_control = "cartesian" if self.cfg.action_mode == EE_DELTA_POSE_GRIPPER else JOINT_POSITION
         scene_cfg = SceneConfig(
+            robot=self.cfg.robot,
             with_cube=self.task.with_cube,
             extra_cubes=getattr(self.task, "extra_cubes", ()),
             physics_dt=self.cfg.physics_dt,
@@ -203,7 +208,7 @@ class FrankaEnv(gym.Env):
         )
         self.model = mujoco.MjModel.from_xml_string(build_scene_xml(scene_cfg))
         self.data = mujoco.MjData(self.model)
-        self.scene = FrankaSceneView(self.model, self.data, scene_cfg.cube_half_size)
+        self.scene = TabletopSceneView(self.model, self.data, scene_cfg.cube_half_size, self.arm)
         self.randomizer = ModelRandomizer(self.model, self.cfg.randomization)
         self.curriculum_successes = 0  # episodes succeeded in, which move the curriculum on
         self._episode_succeeded = False
@@ -236,23 +241,23 @@ class FrankaEnv(gym.Env):
         else:
             action = ActionSpace(
                 kind=JOINT_POSITION,
-                names=(*panda_model.ARM_JOINTS, "gripper"),
-                low=(*panda_model.JOINT_LOWER, -1.0),
-                high=(*panda_model.JOINT_UPPER, 1.0),
+                names=(*self.arm.arm_joints, "gripper"),
+                low=(*self.embodiment.joint_lower, -1.0),
+                high=(*self.embodiment.joint_upper, 1.0),
             )
         cameras = tuple(
             CameraSpec(name, cfg.image_height, cfg.image_width, cfg.control_hz) for name in cfg.cameras
         )
         spec = EnvSpec(
-            name=f"rlinf/Franka{''.join(p.title() for p in cfg.task.split('_'))}-v0",
+            name=f"rlinf/{self.arm.id_prefix}{''.join(p.title() for p in cfg.task.split('_'))}-v0",
             cameras=cameras,
-            state_fields=PROPRIO_FIELDS + self._shown_task_fields(),
+            state_fields=self.embodiment.state_fields + self._shown_task_fields(),
             action=action,
             control_hz=cfg.control_hz,
             instruction=self.task.instruction,
             max_episode_steps=cfg.max_episode_steps or self.task.max_episode_steps,
             metadata={
-                "robot": "franka",
+                "robot": self.arm.spec_robot,
                 "simulator": "mujoco",
                 "task": cfg.task,
                 "reward_type": cfg.reward_type,
@@ -285,11 +290,10 @@ class FrankaEnv(gym.Env):
         drawn = self.randomizer.apply(rng)
         self._latency_substeps = round(drawn.control_latency_ms / 1000.0 / self.cfg.physics_dt)
         self.perceived = PerceivedScene(self.scene, drawn.object_position_offset_m)
-        noise = rng.uniform(-1, 1, 7) * self.cfg.initial_joint_noise
-        arm = np.clip(
-            np.array(panda_model.HOME_QPOS) + noise, panda_model.JOINT_LOWER, panda_model.JOINT_UPPER
-        )
-        self.scene.set_arm(arm, gripper_width=2 * panda_model.FINGER_TRAVEL)
+        emb = self.embodiment
+        noise = rng.uniform(-1, 1, emb.num_joints) * self.cfg.initial_joint_noise
+        arm = np.clip(np.array(emb.home_joints) + noise, emb.joint_lower, emb.joint_upper)
+        self.scene.set_arm(arm, gripper_width=2 * self.arm.finger_travel_m)
         self.task.reset(self.scene, rng)
         mujoco.mj_forward(self.model, self.data)
         self._next_tick = time.monotonic() + 1.0 / self.cfg.control_hz
@@ -405,7 +409,7 @@ class FrankaEnv(gym.Env):
         self._apply_command(self._command)
 
     def _reset_command(self) -> None:
-        open_width = panda_model.FINGER_TRAVEL
+        open_width = self.arm.finger_travel_m
         if self.cfg.action_mode == EE_DELTA_POSE_GRIPPER:
             self._command = ArmCommand(self.scene.tcp_pos, self.scene.tcp_quat, open_width)
             self._start_rotation = pose_math.quat_to_matrix(self.scene.tcp_quat)
@@ -415,9 +419,9 @@ class FrankaEnv(gym.Env):
         self._previous_action = np.zeros(self.env_spec.action.dim, np.float32)
 
     def _command_from_action(self, action: np.ndarray) -> ArmCommand:
-        gripper = (float(action[-1]) + 1.0) / 2.0 * panda_model.FINGER_TRAVEL
+        gripper = (float(action[-1]) + 1.0) / 2.0 * self.arm.finger_travel_m
         if self.cfg.action_mode == JOINT_POSITION:
-            return ArmCommand(action[:7].astype(np.float64), None, gripper)
+            return ArmCommand(action[:-1].astype(np.float64), None, gripper)
         # Deltas accumulate on the previous target, kept in the workspace box and close to the TCP.
         delta = action[:3].astype(np.float64) * self.cfg.max_translation_m
         if self.cfg.max_step_translation_m > 0:
@@ -425,9 +429,9 @@ class FrankaEnv(gym.Env):
         if self.cfg.max_target_lead_m > 0:
             lead = self._command.arm_target - self.scene.tcp_pos
             delta = pose_math.shorten_into_ball(lead, delta, self.cfg.max_target_lead_m)
-        target_pos = np.clip(self._command.arm_target + delta, WORKSPACE_LOW, WORKSPACE_HIGH)
-        tcp = self.scene.tcp_pos
-        target_pos = tcp + np.clip(target_pos - tcp, -MAX_TARGET_LEAD_M, MAX_TARGET_LEAD_M)
+        target_pos = np.clip(self._command.arm_target + delta, *self._workspace)
+        tcp, lead = self.scene.tcp_pos, self.embodiment.target_lead_m
+        target_pos = tcp + np.clip(target_pos - tcp, -lead, lead)
         target_quat = self._command.tcp_quat
         if self.cfg.action_rotation:
             rotvec = action[3:6].astype(np.float64) * self.cfg.max_rotation_rad  # world-frame axis-angle
@@ -457,7 +461,7 @@ class FrankaEnv(gym.Env):
 
     def _apply_command(self, command: ArmCommand) -> None:
         if command.tcp_quat is None:
-            self.data.ctrl[:7] = command.arm_target
+            self.data.ctrl[: self.arm.num_joints] = command.arm_target
         else:
             self.data.mocap_pos[self._target_mocap] = command.arm_target
             self.data.mocap_quat[self._target_mocap] = command.tcp_quat
@@ -500,7 +504,7 @@ class FrankaEnv(gym.Env):
 
     def privileged_spec(self) -> EnvSpec:
         """The spec that describes :meth:`privileged_state`."""
-        return replace(self.env_spec, state_fields=PROPRIO_FIELDS + self.task.state_fields())
+        return replace(self.env_spec, state_fields=self.embodiment.state_fields + self.task.state_fields())
 
     def _render_cameras(self) -> dict[str, np.ndarray]:
         if not self.cfg.cameras:

@@ -1,6 +1,6 @@
 """Env ids and factories with one-line errors for unknown ids or config keys.
 
-Our MuJoCo Franka tasks have ``rlinf/...`` ids. Any other id registered with gymnasium (after
+Our MuJoCo tabletop tasks have ``rlinf/<Arm><Task>-v0`` ids (the arm and task in ``ENV_IDS``). Any other id registered with gymnasium (after
 importing ``module``, the config key that names the module registering it) is built through the
 gymnasium adapter (:mod:`sim_envs.adapters.gymnasium`).
 """
@@ -12,11 +12,13 @@ from typing import Any
 from protos.user_error import UserError
 from sim_envs.errors import EnvConfigError
 
-ENV_IDS = {
-    "rlinf/FrankaReach-v0": "reach",
-    "rlinf/FrankaPush-v0": "push",
-    "rlinf/FrankaPickLift-v0": "pick_lift",
-    "rlinf/FrankaPickColor-v0": "pick_color",
+# id -> the tabletop env's kwargs (every task runs on every arm through env.kwargs.robot as well).
+ENV_IDS: dict[str, dict[str, str]] = {
+    "rlinf/FrankaReach-v0": {"task": "reach"},
+    "rlinf/FrankaPush-v0": {"task": "push"},
+    "rlinf/FrankaPickLift-v0": {"task": "pick_lift"},
+    "rlinf/FrankaPickColor-v0": {"task": "pick_color"},
+    "rlinf/UR5ePickLift-v0": {"task": "pick_lift", "robot": "ur5e"},
 }
 # Other simulators' suites, each behind its own adapter (imported only when such an env is made).
 SUITE_IDS = {
@@ -40,7 +42,7 @@ class UnknownEnvError(UserError, ValueError):
 def check_env_id(env_id: str, module: str = "") -> str:
     """The task behind ``env_id`` (``gymnasium`` for an outside env), or an error listing the known ids."""
     if env_id in ENV_IDS:
-        return ENV_IDS[env_id]
+        return ENV_IDS[env_id]["task"]
     if env_id in SUITE_IDS or env_id in VECTOR_SUITE_IDS:
         return SUITE
     import gymnasium
@@ -73,7 +75,7 @@ def make(env_id: str, **config: Any):
         return make_suite_env(env_id, load_entry_point(SUITE_IDS[env_id]), **config)
     from sim_envs.franka_env import FrankaEnv
 
-    return FrankaEnv(task=ENV_IDS[env_id], **config)
+    return FrankaEnv(**{**ENV_IDS[env_id], **config})
 
 
 def load_entry_point(path: str):

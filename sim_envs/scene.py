@@ -1,4 +1,4 @@
-"""Builds the MJCF of a tabletop Franka scene: robot, table, optional cube, goal marker, cameras."""
+"""Builds the MJCF of the tabletop scene: an arm (``SceneConfig.robot``), table, cubes, goal marker, cameras."""
 
 from __future__ import annotations
 
@@ -6,8 +6,8 @@ import json
 from dataclasses import dataclass
 from pathlib import Path
 
-from sim_envs import panda_model
 from sim_envs.errors import EnvConfigError
+from sim_envs.sim_arm import actuators_xml, coupling_xml, look_at_xyaxes, sim_arm, tcp_target_xml
 
 TABLE_TOP_Z = 0.0  # the robot base stands on the table top, at the world origin
 TABLE_MATERIALS = ("table_wood", "table_checker", "table_grid")
@@ -58,6 +58,7 @@ def load_camera_mounts(path: str) -> tuple[CameraMount, ...]:
 class SceneConfig:
     """What goes into the scene."""
 
+    robot: str = "panda"  # the arm (sim_envs.sim_arm.SIM_ARM_MODULES), its base at the world origin
     with_cube: bool = True
     extra_cubes: tuple[str, ...] = ()  # more cubes by colour (CUBE_COLORS), e.g. ("green", "blue")
     cube_half_size: float = 0.02
@@ -112,14 +113,15 @@ def build_scene_xml(cfg: SceneConfig) -> str:
     cube_materials = "\n    ".join(
         f'<material name="cube_{color}" rgba="{rgb} 1"/>' for color, rgb in CUBE_COLORS.items()
     )
+    arm = sim_arm(cfg.robot)
     mounts = {m.name: m.xml() for m in cfg.camera_mounts}
-    front_xyaxes = panda_model.look_at_xyaxes(FRONT_CAMERA_POS, FRONT_CAMERA_TARGET)
+    front_xyaxes = look_at_xyaxes(FRONT_CAMERA_POS, FRONT_CAMERA_TARGET)
     pos = " ".join(str(v) for v in FRONT_CAMERA_POS)
     front_camera = mounts.get(
         "front", f'<camera name="front" pos="{pos}" xyaxes="{front_xyaxes}" fovy="{cfg.front_fovy}"/>'
     )
     return f"""
-<mujoco model="rlinf_franka_tabletop">
+<mujoco model="rlinf_{cfg.robot}_tabletop">
   <compiler angle="radian" autolimits="true"/>
   <option timestep="{cfg.physics_dt}" integrator="implicit" cone="elliptic" impratio="10"/>
   <visual>
@@ -136,13 +138,12 @@ def build_scene_xml(cfg: SceneConfig) -> str:
     <material name="table_wood" texture="wood_tex" texrepeat="1 1"/>
     <material name="table_checker" texture="checker_tex" texrepeat="6 6"/>
     <material name="table_grid" texture="grid_tex" texrepeat="1 1"/>
-    <material name="panda_white" rgba="0.92 0.92 0.92 1"/>
-    <material name="panda_black" rgba="0.15 0.15 0.15 1"/>
+    {arm.materials_xml}
     {cube_materials}
     <material name="goal_green" rgba="0.1 0.85 0.2 0.45"/>
   </asset>
   <default>
-    {panda_model.panda_defaults_xml()}
+    {arm.defaults_xml}
   </default>
   <worldbody>
     <light name="key_light" pos="0.6 -0.6 1.6" dir="-0.2 0.4 -1" directional="true" castshadow="false" diffuse="0.6 0.6 0.6"/>
@@ -150,16 +151,16 @@ def build_scene_xml(cfg: SceneConfig) -> str:
     <geom name="table" type="box" size="0.55 0.7 0.02" pos="0.45 0 {TABLE_TOP_Z - 0.02}" material="table_wood"
           contype="1" conaffinity="3" friction="0.8 0.02 0.001"/>
     {front_camera}
-    {panda_model.panda_arm_xml(mounts.get("wrist"))}
-    {panda_model.tcp_target_xml() if cfg.arm_control == "cartesian" else ""}
+    {arm.body_xml(mounts.get("wrist"))}
+    {tcp_target_xml() if cfg.arm_control == "cartesian" else ""}
     {cube}
     <body name="goal" mocap="true" pos="0.5 0.2 0.2">
       <geom name="goal_marker" type="sphere" size="0.02" material="goal_green" contype="0" conaffinity="0" group="2"/>
     </body>
   </worldbody>
-  {panda_model.panda_coupling_xml()}
+  {coupling_xml(arm)}
   <actuator>
-    {panda_model.panda_actuators_xml(cfg.arm_control)}
+    {actuators_xml(arm, cfg.arm_control)}
   </actuator>
 </mujoco>
 """

@@ -5,20 +5,22 @@ from __future__ import annotations
 import mujoco
 import numpy as np
 
-from sim_envs import panda_model
 from sim_envs.scene import CUBE_COLORS, cube_name
+from sim_envs.sim_arm import SimArm
 
 
-class FrankaSceneView:
+class TabletopSceneView:
     """Reads poses and contacts from ``MjData`` by name, and places the cube and the goal."""
 
-    def __init__(self, model: mujoco.MjModel, data: mujoco.MjData, cube_half_size: float) -> None:
+    def __init__(
+        self, model: mujoco.MjModel, data: mujoco.MjData, cube_half_size: float, arm: SimArm
+    ) -> None:
         self.model, self.data = model, data
         self.cube_half_size = cube_half_size
         self._tcp = model.site("tcp").id
-        self._arm_qpos = np.array([model.joint(j).qposadr[0] for j in panda_model.ARM_JOINTS])
-        self._arm_qvel = np.array([model.joint(j).dofadr[0] for j in panda_model.ARM_JOINTS])
-        self._fingers = np.array([model.joint(j).qposadr[0] for j in panda_model.FINGER_JOINTS])
+        self._arm_qpos = np.array([model.joint(j).qposadr[0] for j in arm.arm_joints])
+        self._arm_qvel = np.array([model.joint(j).dofadr[0] for j in arm.arm_joints])
+        self._fingers = np.array([model.joint(j).qposadr[0] for j in arm.finger_joints])
         self._goal_mocap = model.body("goal").mocapid[0]
         self._cubes: dict[str, tuple[int, int]] = {}  # colour -> (qpos address, geom id)
         for color in CUBE_COLORS:
@@ -28,7 +30,7 @@ class FrankaSceneView:
                 self._cubes[color] = (int(model.jnt_qposadr[joint]), geom)
         self._cube_qpos = self._cubes["red"][0] if "red" in self._cubes else None
         self._cube_geom = self._cubes["red"][1] if "red" in self._cubes else -1
-        self._pads = {model.geom("left_pad").id, model.geom("right_pad").id}
+        self._pads = {model.geom(pad).id for pad in arm.finger_pads}
         self._tcp_quat = np.zeros(4)
 
     # -- robot -------------------------------------------------------------------------------
@@ -117,7 +119,7 @@ class PerceivedScene:
     world frame); everything else (the arm, the goal) as it is. Only observations read it; rewards
     and success judge the true scene."""
 
-    def __init__(self, scene: FrankaSceneView, offset: np.ndarray) -> None:
+    def __init__(self, scene: TabletopSceneView, offset: np.ndarray) -> None:
         self._scene = scene
         self.offset = np.asarray(offset, np.float64)
 

@@ -13,7 +13,6 @@ from typing import Any
 
 import numpy as np
 
-from protos import franka
 from robot_agent.drivers.base import (
     DriverCapabilities,
     DriverError,
@@ -30,7 +29,8 @@ RANDOMIZATION_PRESETS = ("reality_gap", "none")
 class SimTwinConfig:
     """Which task the twin runs and how it looks. ``randomization`` is a preset name or a dict."""
 
-    task: str = "pick_lift"  # the Franka task the twin runs (reach, push, pick_lift, pick_color)
+    task: str = "pick_lift"  # the tabletop task the twin runs (reach, push, pick_lift, pick_color)
+    robot: str = "panda"  # the arm it stands in for: panda or ur5e (its embodiment sets the safety defaults)
     control_hz: float = 10.0  # ticks per second
     cameras: tuple[str, ...] = ("front", "wrist")  # front and / or wrist
     image_size: int = 128  # camera frames' side in pixels
@@ -52,10 +52,9 @@ class SimTwinConfig:
 
 
 class SimTwinDriver(RobotDriver):
-    """Drives a MuJoCo Franka task through the same driver interface as a real arm."""
+    """Drives a MuJoCo tabletop task through the same driver interface as a real arm."""
 
     kind = "sim-twin"
-    embodiment = franka.PANDA
 
     def __init__(self, config: SimTwinConfig | None = None) -> None:
         import sim_envs  # lazy: a robot PC without the sim extra never needs MuJoCo
@@ -71,6 +70,7 @@ class SimTwinDriver(RobotDriver):
             randomization = REALITY_GAP if randomization == "reality_gap" else None
         env_config = FrankaEnvConfig.from_overrides(
             task=self.config.task,
+            robot=self.config.robot,
             control_hz=self.config.control_hz,
             cameras=self.config.cameras,
             image_height=self.config.image_size,
@@ -84,6 +84,7 @@ class SimTwinDriver(RobotDriver):
                if (value := getattr(self.config, name))},
         )  # fmt: skip
         self.env = FrankaEnv(config=env_config)
+        self.embodiment = self.env.embodiment
         horizon = self.config.max_episode_steps or self.env.task.max_episode_steps
         self.spec = dataclasses.replace(
             self.env.env_spec, max_episode_steps=horizon, metadata={**self.env.env_spec.metadata, "twin": "1"}

@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from calibration.sysid import EpisodeReplayer, SysIdConfig, fit, load_recorded_episodes
-from protos.episode_frames import vector_names
+from protos.episode_frames import robot_type, vector_names
 from protos.lerobot_dataset import EpisodeFrames, LeRobotWriter
 from sim_envs.franka_env import FrankaEnv
 from sim_envs.physics import PhysicsFileError, PhysicsParams
@@ -33,7 +33,7 @@ def record_random_episodes(
     """Episodes of uniformly random actions (a rich excitation of the arm's dynamics), written as
     LeRobot v3 with what the robot would record: its state (here with the cube's pose) and actions."""
     env = FrankaEnv(task=task, cameras=(), privileged_state=True, randomization=randomization, **env_kwargs)
-    writer = LeRobotWriter(root, fps=env.env_spec.control_hz, robot_type="franka")
+    writer = LeRobotWriter(root, fps=env.env_spec.control_hz, robot_type=robot_type(env.env_spec))
     for episode in range(episodes):
         rng = np.random.default_rng(episode)
         obs, _ = env.reset(seed=episode)
@@ -87,6 +87,21 @@ def test_sysid_recovers_the_gain_and_latency_the_episodes_were_made_with(robot_e
     assert result.params.control_latency_ms == TRUE_LATENCY_MS
     assert result.error_after < 0.05 * result.error_before
     assert result.field_rms_after["tcp_pos"] < result.field_rms_before["tcp_pos"] / 5
+
+
+def test_sysid_fits_a_ur5e_twin_from_its_datasets_robot_type(tmp_path):
+    """A UR5e's dataset (robot_type "ur5e", six joints) is replayed on the sim's UR5e, not the Panda."""
+    root = record_random_episodes(tmp_path / "ur5e", "pick_lift", 3, 30, GAP, robot="ur5e")
+    recorded = load_recorded_episodes(root, max_episodes=3)
+    assert recorded.robot == "ur5e"
+    replayer = EpisodeReplayer("pick_lift", recorded)
+    assert replayer.env.embodiment.name == "ur5e"
+    cfg = SysIdConfig(str(root), params=("actuator_gain_scale", "control_latency_ms"), generations=10,
+                      population=6)  # fmt: skip
+    result = fit(recorded.episodes, replayer, cfg)
+    assert abs(result.params.actuator_gain_scale - TRUE_GAIN) < 0.05
+    assert result.params.control_latency_ms == TRUE_LATENCY_MS
+    assert result.error_after < 0.05 * result.error_before
 
 
 @pytest.mark.slow
@@ -215,8 +230,12 @@ def test_sysid_refuses_another_robots_dataset_and_an_empty_one(tmp_path):
     names = info["features"]["observation.state"]["names"]
     info["features"]["observation.state"]["names"] = ["shoulder_pan", *names[1:]]  # not the Franka's layout
     info_path.write_text(json.dumps(info))
+    unknown = record_random_episodes(tmp_path / "unknown", "reach", 1, 5)
+    info_path = unknown / "meta" / "info.json"
+    info_path.write_text(json.dumps({**json.loads(info_path.read_text()), "robot_type": "kuka_iiwa"}))
     for dataset, message in (
-        (other, "is not a Franka's"),
+        (other, "is a panda's, but its state does not start with the panda's proprioception"),
+        (unknown, "has robot_type 'kuka_iiwa'; sysid replays the sim's arms, ['franka', 'ur5e']"),
         (tmp_path / "nothing", "not a LeRobot v3 dataset"),
     ):
         done = subprocess.run(

@@ -71,18 +71,18 @@ def ur_spec():
 
 
 def test_a_ur5e_is_held_to_its_own_box_not_the_pandas():
-    """The UR5e works along the base's -x axis: inside the Panda's box (x >= 0.2) it would be refused
-    its whole workspace; with its own box its targets stay in its own."""
+    """The UR5e's box ends at x = 0.75 m, the Panda's at 0.85 m: pushed outwards, a UR5e's targets
+    stop at its own wall."""
     safety = SafetyFilter(ur_spec(), (ArmScaling(0.05, 0.3),), SafetyConfig(max_target_lead_m=1.0), UR5E)
     state = np.zeros(10, np.float32)
-    state[6:9] = (-0.30, 0.0, 0.3)  # near the box's +x wall (x <= -0.25)
+    state[6:9] = (0.70, 0.0, 0.3)  # near the box's +x wall (x <= 0.75)
     for _ in range(10):
         safe, _ = safety.limit(np.array([1.0, 0.0, 0.0, 1.0], np.float32), state, None)
         state[6] += safe[0] * 0.05
-    assert state[6] <= UR5E.workspace_high[0] + 1e-6
-    assert state[6] > -0.26  # it moved up to the wall, not held at the Panda's box
+    assert state[6] <= UR5E.workspace_high[0] + 1e-6 < PANDA.workspace_high[0]
+    assert state[6] > UR5E.workspace_high[0] - 0.02  # it moved up to the wall
     panda_box = SafetyConfig().for_embodiment(PANDA)
-    assert panda_box.workspace_low != SafetyConfig().for_embodiment(UR5E).workspace_low
+    assert panda_box.workspace_high != SafetyConfig().for_embodiment(UR5E).workspace_high
 
 
 def test_a_robot_without_an_embodiment_must_name_its_box():
@@ -93,5 +93,5 @@ def test_a_robot_without_an_embodiment_must_name_its_box():
     boxed = SafetyConfig(workspace_low=(-1.0, -1.0, 0.0), workspace_high=(1.0, 1.0, 1.0)).for_embodiment(None)
     assert boxed.workspace_high == (1.0, 1.0, 1.0)
     # One corner set, the other from the arm's own box.
-    mixed = SafetyConfig(workspace_high=(-0.3, 0.2, 0.5)).for_embodiment(UR5E)
-    assert mixed.workspace_low == UR5E.workspace_low and mixed.workspace_high == (-0.3, 0.2, 0.5)
+    mixed = SafetyConfig(workspace_high=(0.6, 0.2, 0.5)).for_embodiment(UR5E)
+    assert mixed.workspace_low == UR5E.workspace_low and mixed.workspace_high == (0.6, 0.2, 0.5)

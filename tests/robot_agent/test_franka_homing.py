@@ -103,5 +103,10 @@ def test_homing_plans_with_the_arms_own_kinematics():
     plan = plan_homing(start_joints, start, UR5E.home_joints, 1.0, box, UR5E)
     np.testing.assert_allclose(plan.tcp_path[-1], UR5E.forward_kinematics(UR5E.home_joints)[:3, 3], atol=1e-9)
     assert plan.duration_s >= 1.57 * 0.5 / 0.5  # the 0.5 rad joint move at 0.5 rad/s, peak pi/2 x mean
-    with pytest.raises(HomingRefused, match="outside the workspace box"):  # the Panda's box is not the UR's
-        plan_homing(start_joints, start, UR5E.home_joints, 1.0, DEFAULT_BOX, UR5E)
+    # From near the UR5e's +x wall, the joint path home swings out past it (9 mm, x = 0.759 m):
+    # refused in the UR5e's box, allowed in the Panda's (which ends at x = 0.85 m).
+    out_joints = np.asarray(UR5E.home_joints) + np.array([-0.9, 0.8, -0.2, -0.7, 1.2, 0.0])
+    out = UR5E.forward_kinematics(out_joints)
+    plan_homing(out_joints, out, UR5E.home_joints, 1.0, DEFAULT_BOX, UR5E)
+    with pytest.raises(HomingRefused, match="9 mm outside the workspace box"):
+        plan_homing(out_joints, out, UR5E.home_joints, 1.0, box, UR5E)
