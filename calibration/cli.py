@@ -24,6 +24,7 @@ import numpy as np
 
 from calibration.board import BoardSpec, CalibrationError
 from protos.cli_help import plain_docstring, plain_help
+from protos.user_error import UserError
 
 IMAGE_SUFFIXES = (".png", ".jpg", ".jpeg", ".bmp")
 
@@ -49,6 +50,12 @@ def add_sim_gap_arg(parser: argparse.ArgumentParser, sim_flag: str) -> None:
         type=Path,
         help=f"with {sim_flag}: the sim twin's cameras, mounted as this gap profile's "
         "camera_mount_offset puts them (a JSON of randomisation keys)",
+    )
+
+
+def add_sim_robot_arg(parser: argparse.ArgumentParser, sim_flag: str) -> None:
+    parser.add_argument(
+        "--sim-robot", default="panda", help=f"with {sim_flag}: the arm in the sim scene (panda or ur5e)"
     )
 
 
@@ -115,6 +122,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     add_camera_args(intrinsics)
     add_sim_gap_arg(intrinsics, "--sim-camera")
+    add_sim_robot_arg(intrinsics, "--sim-camera")
     intrinsics.add_argument("--views", type=int, default=20, help="views to render with --sim-camera")
     intrinsics.add_argument("--serial", required=True, help="the camera's serial number (the file's key)")
     intrinsics.add_argument(
@@ -135,6 +143,7 @@ def build_parser() -> argparse.ArgumentParser:
         "--robot", help="a robot_agent driver kind (franka, sim-twin, ...): asks before each move"
     )
     add_sim_gap_arg(hand_eye, "--sim")
+    add_sim_robot_arg(hand_eye, "--sim")
     hand_eye.add_argument("--robot-config", type=Path, help="the robot's config file (its [driver] section)")
     hand_eye.add_argument(
         "--camera-kind", choices=("realsense", "zed", "opencv"), help="with --robot: the live camera"
@@ -223,7 +232,7 @@ def run_intrinsics(args: argparse.Namespace) -> str:
     else:
         from calibration.sim_target import SimCalibrationRig
 
-        rig = SimCalibrationRig(spec, camera_mount_offset=offsets)
+        rig = SimCalibrationRig(spec, camera_mount_offset=offsets, robot=args.sim_robot)
         images = rig.board_views(args.sim_camera, args.views)
         rig.close()
     result = calibrate_intrinsics(images, spec)
@@ -239,8 +248,8 @@ def run_hand_eye(args: argparse.Namespace) -> str:
 
     offsets = sim_camera_offsets(args, args.sim)
     if args.robot:
-        result = robot_hand_eye(args)
-        write_json_atomic(args.out, {"version": 1, **result.to_dict()})
+        result, arm = robot_hand_eye(args)
+        write_json_atomic(args.out, {"version": 1, **result.to_dict(), **({"robot": arm} if arm else {})})
         return (
             f"{args.mode}: {result.method}, residual {result.residual_mm:.2f} mm / {result.residual_deg:.3f} deg, "
             f"methods within {result.disagreement_mm:.2f} mm / {result.disagreement_deg:.3f} deg -> {args.out}"
@@ -248,10 +257,12 @@ def run_hand_eye(args: argparse.Namespace) -> str:
     from calibration.sim_target import sim_hand_eye
 
     result, truth_error = sim_hand_eye(
-        board_from_args(args), args.mode, args.poses, camera_mount_offset=offsets
+        board_from_args(args), args.mode, args.poses, camera_mount_offset=offsets, robot=args.sim_robot
     )
     truth = {"error_mm": truth_error[0], "error_deg": truth_error[1]}
-    write_json_atomic(args.out, {"version": 1, **result.to_dict(), "against_sim_truth": truth})
+    write_json_atomic(
+        args.out, {"version": 1, **result.to_dict(), "robot": args.sim_robot, "against_sim_truth": truth}
+    )
     return (
         f"{args.mode}: {result.method}, residual {result.residual_mm:.2f} mm / {result.residual_deg:.3f} deg, "
         f"methods within {result.disagreement_mm:.2f} mm / {result.disagreement_deg:.3f} deg; "
@@ -273,7 +284,9 @@ def run_apply(args: argparse.Namespace) -> str:
         raise CalibrationError(
             f"the {args.camera} camera needs an {expected} result, {args.hand_eye} is {hand_eye.get('mode')}"
         )
-    entry = camera_entry(args.camera, intrinsics, np.asarray(hand_eye["transform"]))
+    # The arm the hand-eye result was measured on (its wrist camera hangs from that arm's gripper).
+    robot = hand_eye.get("robot", "panda")
+    entry = camera_entry(args.camera, intrinsics, np.asarray(hand_eye["transform"]), robot)
     write_camera_file(args.out, {args.camera: entry})
     message = (
         f"{args.camera}: fovy {entry['fovy']:.2f} deg at {intrinsics.width}x{intrinsics.height} -> {args.out}"
@@ -282,14 +295,15 @@ def run_apply(args: argparse.Namespace) -> str:
         from PIL import Image
 
         real = np.asarray(Image.open(args.real_image).convert("RGB"))
-        sim = render_sim_view(args.camera, args.out, real.shape[1], real.shape[0])
+        sim = render_sim_view(args.camera, args.out, real.shape[1], real.shape[0], robot)
         Image.fromarray(side_by_side(real, sim)).save(args.report)
         message += f"; report {args.report} (real | sim | overlay)"
     return message
 
 
 def robot_hand_eye(args: argparse.Namespace):
-    """Guided capture on a real robot: every move is confirmed by the person at the robot."""
+    """Guided capture on a real robot: every move is confirmed by the person at the robot. Also the
+    sim arm of the robot's embodiment (None if its driver declares none), for ``apply-to-sim``."""
     from calibration.capture import DriverRig, ask, guided_capture
     from calibration.hand_eye import pose_set, solve_hand_eye
     from calibration.intrinsics import load_intrinsics
@@ -315,7 +329,8 @@ def robot_hand_eye(args: argparse.Namespace):
         )
         for reason in skipped:
             print(reason, file=sys.stderr)
-        return solve_hand_eye(robot, boards, args.mode)
+        arm = driver.embodiment.sim_model if driver.embodiment is not None else None
+        return solve_hand_eye(robot, boards, args.mode), arm
     finally:
         camera.stop()
         driver.close()
@@ -404,7 +419,7 @@ def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     try:
         print(COMMANDS[args.command](args))
-    except CalibrationError as exc:
+    except UserError as exc:  # CalibrationError, or a sim config value (e.g. an unknown --sim-robot)
         print(f"rlinf-calibrate {args.command}: {exc}", file=sys.stderr)
         return 2
     return 0

@@ -18,16 +18,17 @@ from calibration.sim_target import MUJOCO_TO_OPENCV_CAMERA
 CAMERA_FILE_VERSION = 1  # the format sim_envs.scene.load_camera_mounts reads
 
 
-def camera_entry(name: str, intrinsics: Intrinsics, T_parent_cam: np.ndarray) -> dict:
+def camera_entry(name: str, intrinsics: Intrinsics, T_parent_cam: np.ndarray, robot: str = "panda") -> dict:
     """One camera of the sim camera file, from OpenCV intrinsics and an OpenCV-convention pose.
 
-    ``T_parent_cam`` is the camera in the robot base frame (``front``) or in the TCP frame (``wrist``).
+    ``T_parent_cam`` is the camera in the robot base frame (``front``) or in the TCP frame (``wrist``);
+    the wrist camera's parent in the sim is the arm's gripper body, the TCP along its z axis.
     """
-    from sim_envs import panda_model
+    from sim_envs.sim_arm import sim_arm
 
     if name == "wrist":
         T_hand_tcp = np.eye(4)
-        T_hand_tcp[2, 3] = panda_model.HAND_TCP_Z
+        T_hand_tcp[2, 3] = sim_arm(robot).embodiment.flange_tcp_m
         T_parent_cam = T_hand_tcp @ T_parent_cam
     elif name != "front":
         raise CalibrationError(f"the sim scene has cameras 'front' and 'wrist', not {name!r}")
@@ -63,12 +64,15 @@ def side_by_side(real: np.ndarray, sim: np.ndarray) -> np.ndarray:
     return np.concatenate([real, sim, overlay], axis=1)
 
 
-def render_sim_view(camera: str, camera_file: str | Path, width: int, height: int) -> np.ndarray:
-    """The sim scene (home pose) through a calibrated camera."""
+def render_sim_view(
+    camera: str, camera_file: str | Path, width: int, height: int, robot: str = "panda"
+) -> np.ndarray:
+    """The sim scene of ``robot`` (home pose) through a calibrated camera."""
     import sim_envs
 
     env = sim_envs.make(
         "rlinf/FrankaPickLift-v0",
+        robot=robot,
         cameras=(camera,),
         image_height=height,
         image_width=width,

@@ -1,4 +1,4 @@
-"""A ChArUco board in the MuJoCo Franka scene, where every camera's true intrinsics and pose are known.
+"""A ChArUco board in the MuJoCo tabletop scene (either arm), where every camera's true intrinsics and pose are known.
 
 Used for ground-truth tests of the calibration and for unattended hand-eye runs on the sim twin.
 The board is a textured quad on a mocap body (so it can be moved or left fixed on the table); the
@@ -24,11 +24,12 @@ MUJOCO_TO_OPENCV_CAMERA = np.diag([1.0, -1.0, -1.0])
 
 
 class SimCalibrationRig:
-    """The Panda scene plus a board. Poses are 4x4 transforms in the robot base (world) frame."""
+    """The tabletop scene of an arm (``robot``: panda or ur5e) plus a board. Poses are 4x4
+    transforms in the robot base (world) frame."""
 
     def __init__(
         self, spec: BoardSpec, width: int = 640, height: int = 480, pixels_per_square: int = 120,
-        camera_mount_offset: dict | None = None,
+        camera_mount_offset: dict | None = None, robot: str = "panda",
     ) -> None:  # fmt: skip
         """``camera_mount_offset`` (a gap profile's): the cameras stand where the twin's do."""
         import mujoco
@@ -36,13 +37,15 @@ class SimCalibrationRig:
         from sim_envs.randomization import offset_camera_mounts
         from sim_envs.rendering import make_renderer
         from sim_envs.scene import SceneConfig, build_scene_xml
+        from sim_envs.sim_arm import sim_arm
 
         self.spec, self.width, self.height = spec, width, height
         self._tmp = tempfile.TemporaryDirectory(prefix="rlinf-board-")
         texture = Path(self._tmp.name) / "charuco.png"
         image = spec.render(pixels_per_square, MARGIN_SQUARES)
         _write_png(texture, image)
-        scene = SceneConfig(with_cube=False, offscreen_width=width, offscreen_height=height)
+        self.robot, self.embodiment = robot, sim_arm(robot).embodiment
+        scene = SceneConfig(robot=robot, with_cube=False, offscreen_width=width, offscreen_height=height)
         xml = build_scene_xml(scene)
         full_w = spec.width_m + 2 * MARGIN_SQUARES * spec.square_length_m
         full_h = spec.height_m + 2 * MARGIN_SQUARES * spec.square_length_m
@@ -63,10 +66,8 @@ class SimCalibrationRig:
         self._quad_to_board = make_transform(
             np.diag([1.0, -1.0, -1.0]), np.array([-full_w / 2 + offset, full_h / 2 - offset, 0])
         )
-        from sim_envs import panda_model
-
         mujoco.mj_resetData(self.model, self.data)
-        self.data.qpos[:7] = panda_model.HOME_QPOS
+        self.data.qpos[: self.embodiment.num_joints] = self.embodiment.home_joints
         mujoco.mj_forward(self.model, self.data)
         self.data.mocap_pos[self._target_mocap] = self.data.site_xpos[self._tcp]
         self.data.mocap_quat[self._target_mocap] = _quat(self.data.site_xmat[self._tcp].reshape(3, 3))
@@ -187,11 +188,12 @@ class SimCalibrationRig:
 
 
 def sim_hand_eye(
-    spec: BoardSpec, mode: str, count: int = 20, seed: int = 0, camera_mount_offset: dict | None = None
-) -> tuple[HandEyeResult, tuple[float, float]]:
-    """Run a hand-eye calibration unattended in the scene (its cameras moved by a gap profile's
-    ``camera_mount_offset``); also return its error against the truth."""
-    rig = SimCalibrationRig(spec, camera_mount_offset=camera_mount_offset)
+    spec: BoardSpec, mode: str, count: int = 20, seed: int = 0, camera_mount_offset: dict | None = None,
+    robot: str = "panda",
+) -> tuple[HandEyeResult, tuple[float, float]]:  # fmt: skip
+    """Run a hand-eye calibration unattended in the scene of ``robot`` (its cameras moved by a gap
+    profile's ``camera_mount_offset``); also return its error against the truth."""
+    rig = SimCalibrationRig(spec, camera_mount_offset=camera_mount_offset, robot=robot)
     try:
         camera, robot, boards = rig.capture_hand_eye_pairs(mode, count, seed)
         result = solve_hand_eye(robot, boards, mode)

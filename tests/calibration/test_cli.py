@@ -100,12 +100,45 @@ def test_apply_to_sim_puts_the_camera_where_it_was_measured(tmp_path):
             "--board must look like 7x5",
         ),
         (["intrinsics", "--sim-camera", "front", "--serial", "1", "--views", "3"], "3 usable views, need 10"),
+        (
+            ["hand-eye", "--mode", "eye-in-hand", "--sim", "--sim-robot", "kuka"],
+            "unknown robot 'kuka'; the sim has ['panda', 'ur5e']",
+        ),
     ],
 )
 def test_bad_input_is_one_line(args, message):
     result = run(*args)
     assert result.returncode == 2 and message in result.stderr
     assert "Traceback" not in result.stderr
+
+
+@pytest.mark.slow
+def test_the_ur5es_wrist_camera_is_calibrated_and_applied_on_the_ur5e(tmp_path):
+    """Eye-in-hand on the UR5e's scene: the hand-eye file names the arm, and apply-to-sim hangs the
+    measured camera from the UR5e's gripper, where the scene's true wrist camera is."""
+    import sim_envs
+
+    cameras, hand_eye, sim = tmp_path / "cameras.json", tmp_path / "hand_eye.json", tmp_path / "sim.json"
+    result = run("intrinsics", "--sim-camera", "wrist", "--sim-robot", "ur5e", "--serial", "ur-wrist",
+                 "--views", "15", "--out", str(cameras))  # fmt: skip
+    assert result.returncode == 0, result.stderr
+    result = run("hand-eye", "--mode", "eye-in-hand", "--sim", "--sim-robot", "ur5e", "--out", str(hand_eye))
+    assert result.returncode == 0, result.stderr
+    measured = json.loads(hand_eye.read_text())
+    assert measured["robot"] == "ur5e" and measured["against_sim_truth"]["error_mm"] < 5.0
+    result = run("apply-to-sim", "--camera", "wrist", "--intrinsics", str(cameras), "--serial", "ur-wrist",
+                 "--hand-eye", str(hand_eye), "--out", str(sim))  # fmt: skip
+    assert result.returncode == 0, result.stderr
+    poses = {}
+    for camera_file in (None, sim):
+        env = sim_envs.make("rlinf/UR5ePickLift-v0", cameras=("wrist",),
+                            **({"camera_file": str(camera_file)} if camera_file else {}))  # fmt: skip
+        env.reset(seed=0)
+        model, data = env.unwrapped.model, env.unwrapped.data
+        mujoco.mj_forward(model, data)
+        poses[camera_file] = data.cam_xpos[model.camera("wrist").id].copy()
+        env.close()
+    assert np.linalg.norm(poses[sim] - poses[None]) < 0.005  # within hand-eye's 5 mm of the truth
 
 
 def test_a_folder_without_the_board_says_what_was_expected(tmp_path):

@@ -283,9 +283,11 @@ def test_a_killed_agent_is_aborted_the_other_continues_and_its_spool_replays_onc
 # Each policy's chunk must outlast its answer, or every chunk arrives stale and the robot holds. The
 # look-alike VLA that decoded its chunk token by token took 70-100 ms a robot here, and replies took
 # 320-370 ms with two robots on a loaded 2-core box: a chunk of 4 at 5 Hz leaves 800 ms.
-EVAL_POLICIES = {
-    "cnn": ({"kind": "cnn", "cameras": ["front"], "hidden_sizes": [32], "cnn_channels": [8]}, 20.0),
-    "vla": ({"kind": "vla", "cameras": ["front"], "chunk_size": 4}, 5.0),  # tiny:openvla-oft, the default
+CNN = {"kind": "cnn", "cameras": ["front"], "hidden_sizes": [32], "cnn_channels": [8]}
+EVAL_POLICIES = {  # policy, control rate, the arm the twins stand in for
+    "cnn": (CNN, 20.0, "panda"),
+    "cnn-ur5e": (CNN, 20.0, "ur5e"),
+    "vla": ({"kind": "vla", "cameras": ["front"], "chunk_size": 4}, 5.0, "panda"),  # tiny:openvla-oft
 }
 
 
@@ -295,8 +297,8 @@ def test_eval_mode_runs_a_saved_policy_and_reports_success_statistics(tmp_path, 
     from policies.factory import make_policy
     from robot_agent.drivers import make_driver
 
-    policy_config, control_hz = EVAL_POLICIES[kind]
-    twin = {"task": "reach", "control_hz": control_hz, "image_size": 64, **SHORT}
+    policy_config, control_hz, arm = EVAL_POLICIES[kind]
+    twin = {"task": "reach", "robot": arm, "control_hz": control_hz, "image_size": 64, **SHORT}
     driver = make_driver("sim-twin", twin)
     torch.manual_seed(0)  # some random inits answer one constant action greedily; this one does not
     policy = make_policy(driver.spec, PolicyConfig(**policy_config))
@@ -329,7 +331,8 @@ def test_eval_mode_runs_a_saved_policy_and_reports_success_statistics(tmp_path, 
         assert record["success_rate"] == record["successes"] / 3
         assert f"eval {robot}: {record['successes']}/3 successes" in printed, printed
     assert f"results in {results}" in printed
-    _, episodes, frames = dataset(tmp_path / "ds")  # eval episodes are recorded too
+    info, episodes, frames = dataset(tmp_path / "ds")  # eval episodes are recorded too
+    assert info["robot_type"] == {"panda": "franka", "ur5e": "ur5e"}[arm]
     assert len(episodes) == 6 and len(frames) == 120
     # Each robot has reset seeds of its own: the six episodes start from six different targets.
     first_states = frames.groupby("episode_index")["observation.state"].first()

@@ -115,7 +115,7 @@ def test_connect_registers_runs_and_stops_on_sigterm(tmp_path):
     server = start_server()
     config = tmp_path / "robot.toml"
     config.write_text(
-        '[driver]\ntask = "reach"\ncontrol_hz = 20.0\nimage_size = 32\n\n[agent]\nrobot_id = "cli-twin"\n'
+        '[driver]\ntask = "reach"\nrobot = "ur5e"\ncontrol_hz = 20.0\nimage_size = 32\n\n[agent]\nrobot_id = "cli-twin"\n'
     )
     proc = subprocess.Popen(
         [EXE, "connect", "--server", f"127.0.0.1:{server.server.port}", "--robot", "sim-twin", "--insecure",
@@ -125,6 +125,12 @@ def test_connect_registers_runs_and_stops_on_sigterm(tmp_path):
     try:
         session = server.call(server.server.wait_for_robot("cli-twin", timeout=60))
         assert session.robot_kind == "sim-twin" and session.spec.camera("front").height == 32
+        # The twin stands in for the arm its config names: a UR5e, six joints, in its own box.
+        assert session.spec.name == "rlinf/UR5eReach-v0" and session.spec.metadata["robot"] == "ur5e"
+        assert (
+            session.spec.state_slices()["joint_pos"].stop - session.spec.state_slices()["joint_pos"].start
+            == 6
+        )
         server.loop.call_soon_threadsafe(lambda: session.send_command(pb.Command.START_EPISODE, seed=1))
         wait_until(lambda: session.latest is not None and session.latest.episode_id != "", what="an episode")
         time.sleep(0.3)
