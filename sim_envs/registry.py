@@ -1,18 +1,43 @@
-"""Env ids and factories with one-line errors for unknown ids or config keys.
+"""One table of env ids, each entry saying what building it needs; one-line errors for unknown ids.
 
-Our MuJoCo tabletop tasks have ``rlinf/<Arm><Task>-v0`` ids (the arm and task in ``ENV_IDS``). Any other id registered with gymnasium (after
-importing ``module``, the config key that names the module registering it) is built through the
-gymnasium adapter (:mod:`sim_envs.adapters.gymnasium`).
+An :class:`EnvEntry` names the class that builds one env and / or the class that steps N envs itself
+(batched on its device, in this process), the kwargs the id fixes, the venv its simulator needs and
+whether it is imagined (a learned model) rather than simulated. The trainer asks the entry, never
+the id. Our MuJoCo tabletop tasks are ``rlinf/<Arm><Task>-v0`` (``ENV_IDS``); another package adds
+its envs with :func:`register_env` (the world model does, from ``policies``). Any other id registered
+with gymnasium (after importing ``module``, the config key that names the module registering it) is
+built through the gymnasium adapter (:mod:`sim_envs.adapters.gymnasium`).
 """
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+from dataclasses import dataclass, field
 from typing import Any
 
 from protos.user_error import UserError
 from sim_envs.errors import EnvConfigError
 
-# id -> the tabletop env's kwargs (every task runs on every arm through env.kwargs.robot as well).
+TABLETOP_ENV = "sim_envs.franka_env:FrankaEnv"
+
+
+@dataclass(frozen=True)
+class EnvEntry:
+    """What an env id is built from, and what it needs."""
+
+    env: str = ""  # "module:Class" of one env; "" when the id is batched only
+    vector_env: str = ""  # "module:Class" that steps N envs itself (batched, in this process)
+    kwargs: Mapping[str, Any] = field(default_factory=dict)  # what the id fixes (the task, the arm)
+    venv: str = ""  # its simulator's own venv (scripts/sim_venv.sh VENV; env.python runs its workers)
+    imagined: bool = False  # a learned model of the world, not a simulator
+
+    @property
+    def batched(self) -> bool:
+        """Steps its envs itself: the trainer builds it whole and evaluates through it."""
+        return bool(self.vector_env)
+
+
+# Tabletop ids -> the env's kwargs (every task runs on every arm through env.kwargs.robot as well).
 ENV_IDS: dict[str, dict[str, str]] = {
     "rlinf/FrankaReach-v0": {"task": "reach"},
     "rlinf/FrankaPush-v0": {"task": "push"},
@@ -20,62 +45,61 @@ ENV_IDS: dict[str, dict[str, str]] = {
     "rlinf/FrankaPickColor-v0": {"task": "pick_color"},
     "rlinf/UR5ePickLift-v0": {"task": "pick_lift", "robot": "ur5e"},
 }
-# Other simulators' suites, each behind its own adapter (imported only when such an env is made).
-SUITE_IDS = {
-    "rlinf/MetaWorld-v0": "sim_envs.adapters.metaworld:MetaWorldEnv",
-    "rlinf/ManiSkill-v0": "sim_envs.adapters.maniskill:ManiSkillEnv",
-    "rlinf/LIBERO-v0": "sim_envs.adapters.libero:LiberoEnv",
+ENVS: dict[str, EnvEntry] = {
+    **{env_id: EnvEntry(TABLETOP_ENV, kwargs=kwargs) for env_id, kwargs in ENV_IDS.items()},
+    # Other simulators' suites, each behind its own adapter (imported only when such an env is made).
+    "rlinf/MetaWorld-v0": EnvEntry("sim_envs.adapters.metaworld:MetaWorldEnv", venv="metaworld"),
+    "rlinf/ManiSkill-v0": EnvEntry("sim_envs.adapters.maniskill:ManiSkillEnv", venv="maniskill"),
+    "rlinf/LIBERO-v0": EnvEntry("sim_envs.adapters.libero:LiberoEnv", venv="libero"),
+    # Batched by nature (one object steps N envs on a GPU): vector envs only.
+    "rlinf/IsaacLab-v0": EnvEntry(vector_env="sim_envs.adapters.isaaclab:IsaacLabVectorEnv"),
+    "rlinf/ManiSkillGPU-v0": EnvEntry(vector_env="sim_envs.adapters.maniskill_gpu:ManiSkillGPUVectorEnv"),
 }
-# Suites that are batched by nature (one env object steps N envs on a GPU): vector envs only.
-VECTOR_SUITE_IDS = {
-    "rlinf/IsaacLab-v0": "sim_envs.adapters.isaaclab:IsaacLabVectorEnv",
-    "rlinf/ManiSkillGPU-v0": "sim_envs.adapters.maniskill_gpu:ManiSkillGPUVectorEnv",
-}
-GYMNASIUM = "gymnasium"  # what check_env_id returns for an outside gymnasium env
-SUITE = "suite"  # what check_env_id returns for one of SUITE_IDS
+OUTSIDE = EnvEntry()  # an outside gymnasium env: built one at a time through the adapter
 
 
 class UnknownEnvError(UserError, ValueError):
     """The env id is neither one of ours nor registered with gymnasium."""
 
 
-def check_env_id(env_id: str, module: str = "") -> str:
-    """The task behind ``env_id`` (``gymnasium`` for an outside env), or an error listing the known ids."""
-    if env_id in ENV_IDS:
-        return ENV_IDS[env_id]["task"]
-    if env_id in SUITE_IDS or env_id in VECTOR_SUITE_IDS:
-        return SUITE
+def register_env(env_id: str, entry: EnvEntry) -> None:
+    """Add an id (another package's env). Registering the same entry again is a no-op."""
+    if ENVS.get(env_id, entry) != entry:
+        raise ValueError(f"env id {env_id!r} is registered already, as {ENVS[env_id]}")
+    ENVS[env_id] = entry
+
+
+def env_entry(env_id: str, module: str = "") -> EnvEntry:
+    """The entry of ``env_id`` (:data:`OUTSIDE` for a gymnasium env), or an error listing the ids."""
+    if env_id in ENVS:
+        return ENVS[env_id]
     import gymnasium
 
     from sim_envs.adapters.gymnasium import import_env_module
 
     import_env_module(module)
+    if env_id in ENVS:  # the module registered it with us
+        return ENVS[env_id]
     if env_id in gymnasium.registry:
-        return GYMNASIUM
+        return OUTSIDE
     hint = (
         ""
         if module
         else " (an outside gymnasium env: name the module that registers it in env.kwargs.module)"
     )
-    raise UnknownEnvError(
-        f"unknown env id {env_id!r}; known: {sorted(ENV_IDS) + sorted(SUITE_IDS) + sorted(VECTOR_SUITE_IDS)}{hint}"
-    )
+    raise UnknownEnvError(f"unknown env id {env_id!r}; known: {sorted(ENVS)}{hint}")
 
 
 def make(env_id: str, **config: Any):
     """Build one env (unwrapped, with ``env_spec``) from an id and config overrides."""
-    kind = check_env_id(env_id, config.get("module", ""))
-    if kind == GYMNASIUM:
+    entry = env_entry(env_id, config.get("module", ""))
+    if entry is OUTSIDE:
         from sim_envs.adapters.gymnasium import GymnasiumAdapter
 
         return GymnasiumAdapter(env_id, **config)
-    if env_id in VECTOR_SUITE_IDS:
+    if not entry.env:
         raise EnvConfigError(f"{env_id} is batched (one object steps every env): build it with make_vector")
-    if kind == SUITE:
-        return make_suite_env(env_id, load_entry_point(SUITE_IDS[env_id]), **config)
-    from sim_envs.franka_env import FrankaEnv
-
-    return FrankaEnv(**{**ENV_IDS[env_id], **config})
+    return make_suite_env(env_id, load_entry_point(entry.env), **{**entry.kwargs, **config})
 
 
 def load_entry_point(path: str):

@@ -23,7 +23,7 @@ from protos import ContractError, EnvSpec
 from protos.batch import ChunkResult, VectorEnv, concat_obs, stack_obs
 from sim_envs.core_claims import allowed_cores
 from sim_envs.errors import EnvConfigError
-from sim_envs.registry import VECTOR_SUITE_IDS, check_env_id, load_entry_point, make_suite_env
+from sim_envs.registry import ENVS, env_entry, load_entry_point, make_suite_env
 from sim_envs.vector_worker import EnvSlot, play_chunks, receive, reset_slots
 
 _WORKER_MAIN = "from sim_envs.vector_worker import main; main()"
@@ -241,15 +241,18 @@ def make_vector(
     """Build a :class:`SimVectorEnv` of ``num_envs`` copies of one env. ``python``: the interpreter the
     subprocess workers run (a suite's own venv, e.g. ``.venv-metaworld/bin/python``); ``pin_workers``:
     see :class:`SimVectorEnv`. A batched suite
-    (IsaacLab) is its own vector env: built directly, in this process."""
-    if env_id in VECTOR_SUITE_IDS:
+    (IsaacLab, a world model) is its own vector env: built directly, in this process."""
+    entry = None
+    if not python:  # another interpreter's workers check the id themselves (its modules may not import here)
+        entry = env_entry(env_id, config.get("module", ""))
+    elif env_id in ENVS:
+        entry = ENVS[env_id]
+    if entry is not None and entry.batched:
         if python:
             raise ValueError(
                 f"{env_id} steps in this process (batched on its device): env.python does not apply"
             )
-        return make_suite_env(env_id, load_entry_point(VECTOR_SUITE_IDS[env_id]), num_envs, **config)
-    if not python:  # another interpreter's workers check the id themselves (its modules may not import here)
-        check_env_id(env_id, config.get("module", ""))
+        return make_suite_env(env_id, load_entry_point(entry.vector_env), num_envs=num_envs, **config)
     return SimVectorEnv(
         env_id,
         num_envs,

@@ -16,11 +16,10 @@ from pathlib import Path
 import numpy as np
 import torch
 
+import policies.world_model  # noqa: F401  (registers rlinf/WorldModel-v0 with sim_envs)
 import sim_envs
 from policies import make_policy
-from policies.world_model.env import WORLD_MODEL_ENV_ID
 from protos.atomic_files import write_atomic
-from sim_envs.registry import VECTOR_SUITE_IDS
 from trainer.algorithms.registry import algorithm_class
 from trainer.checkpoint import (
     LATEST,
@@ -72,10 +71,6 @@ def make_sim_envs(config: TrainConfig):
 
 
 def _make_env(config: TrainConfig):
-    if config.env.id == WORLD_MODEL_ENV_ID:  # imagined envs: a torch model, not a simulator
-        from policies.world_model.env import WorldModelVectorEnv
-
-        return WorldModelVectorEnv(num_envs=config.env.num_envs, **config.env.kwargs)
     return sim_envs.make_vector(
         config.env.id,
         config.env.num_envs,
@@ -88,9 +83,16 @@ def _make_env(config: TrainConfig):
 
 
 def evaluates_through_vector_env(env: EnvConfig) -> bool:
-    """Whether greedy evaluation goes through the vector env: a world model (imagined), a batched
-    suite (IsaacLab) or another interpreter's workers (``env.python``), rather than one env here."""
-    return env.id == WORLD_MODEL_ENV_ID or env.id in VECTOR_SUITE_IDS or bool(env.python)
+    """Whether greedy evaluation goes through the vector env: a batched one (a world model, IsaacLab)
+    or another interpreter's workers (``env.python``), rather than one env here."""
+    return bool(env.python) or env_entry(env).batched
+
+
+def env_entry(env: EnvConfig) -> sim_envs.EnvEntry:
+    """What the env id needs (another interpreter's env: only what our table says, nothing imported)."""
+    if env.python:
+        return sim_envs.ENVS.get(env.id, sim_envs.registry.OUTSIDE)
+    return sim_envs.env_entry(env.id, env.kwargs.get("module", ""))
 
 
 def check_eval_kwargs(config: TrainConfig) -> None:
@@ -140,7 +142,7 @@ class Runner:
             # Envs, inference and updates live in Ray workers; one object plays venv and algorithm.
             from trainer.distributed.session import build_distributed
 
-            if cfg.env.id in VECTOR_SUITE_IDS:
+            if not env_entry(cfg.env).env:
                 raise ConfigError(
                     f"{cfg.env.id} runs with cluster.placement=sequential: the simulator owns its process"
                 )
@@ -289,7 +291,7 @@ class Runner:
             "iteration": progress.iteration,
             "env_steps": progress.env_steps,
             "video": str(video) if video is not None and video.exists() else "",
-            "imagined": cfg.env.id == WORLD_MODEL_ENV_ID,  # in the world model, not a simulator
+            "imagined": env_entry(cfg.env).imagined,  # in a learned model, not a simulator
         }
         write_atomic(self.run_dir / FINAL_EVAL_FILE, json.dumps(report, indent=2) + "\n")
         shown = f"; video {report['video']}" if report["video"] else ""

@@ -8,6 +8,13 @@ device, and ``sim_envs`` stays free of torch (the robot PC's twin imports it).
 import gymnasium as _gym
 
 from policies.world_model.env import WORLD_MODEL_ENV_ID
+from sim_envs.registry import EnvEntry, register_env
 
-if WORLD_MODEL_ENV_ID not in _gym.registry:  # one env for gymnasium's tools; the trainer runs it batched
-    _gym.register(id=WORLD_MODEL_ENV_ID, entry_point="policies.world_model.gym_env:WorldModelEnv")
+ONE_ENV = "policies.world_model.gym_env:WorldModelEnv"
+# The trainer runs it batched on its device; one env for gymnasium's tools.
+register_env(
+    WORLD_MODEL_ENV_ID,
+    EnvEntry(ONE_ENV, vector_env="policies.world_model.env:WorldModelVectorEnv", imagined=True),
+)
+if WORLD_MODEL_ENV_ID not in _gym.registry:
+    _gym.register(id=WORLD_MODEL_ENV_ID, entry_point=ONE_ENV)
