@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, field
 from typing import Any
+
+from protos.typed_config import dataclass_from_dict
 
 # The published families, randomly initialised at about a million parameters (tests, CPU runs):
 TINY_BACKBONES = ("tiny:openvla", "tiny:openvla-oft", "tiny:pi0", "tiny:pi05", "tiny:smolvla")
@@ -13,7 +15,7 @@ REMOVED_VLA_KEYS = ("head", "action_bins", "max_instruction_tokens", "state_toke
                     "expert_width", "expert_layers")  # fmt: skip
 
 
-@dataclass
+@dataclass(frozen=True)
 class VLAConfig:
     """A vision-language-action model (``policy.kind=vla``) as upstream publishes it: OpenVLA /
     OpenVLA-OFT (action tokens) or π0 / π0.5 / SmolVLA (flow matching); see :mod:`policies.vla`.
@@ -49,19 +51,16 @@ class VLAConfig:
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> VLAConfig:
-        known = {f.name for f in fields(cls)}
         for key in data:
             if key in REMOVED_VLA_KEYS:
                 raise ValueError(
                     f"policy.vla.{key} belonged to the look-alike VLA heads, which are gone: the family "
                     f"(policy.vla.backbone, one of {list(TINY_BACKBONES)}, or policy.vla.checkpoint) decides the head"
                 )
-            if key not in known:
-                raise ValueError(f"unknown policy.vla key {key!r}; known: {sorted(known)}")
-        return cls(**data)
+        return dataclass_from_dict(cls, data, "policy.vla")
 
 
-@dataclass
+@dataclass(frozen=True)
 class PolicyConfig:
     """Small MLP / CNN policies, or a VLA. ``kind="cnn"`` adds an image encoder per listed camera;
     ``kind="vla"`` builds the model that ``vla`` describes, looking at ``cameras``."""
@@ -84,7 +83,7 @@ class PolicyConfig:
 
     def __post_init__(self) -> None:
         if isinstance(self.vla, dict):
-            self.vla = VLAConfig.from_dict(self.vla)
+            object.__setattr__(self, "vla", VLAConfig.from_dict(self.vla))
         if self.kind not in ("mlp", "cnn", "vla"):
             raise ValueError(f"policy.kind must be 'mlp', 'cnn' or 'vla', got {self.kind!r}")
         if self.head not in ("gaussian", "tanh_gaussian"):
@@ -99,8 +98,6 @@ class PolicyConfig:
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> PolicyConfig:
         """From a saved config; keys of other versions are named in the error."""
-        known = {f.name for f in fields(cls)}
-        unknown = sorted(set(data) - known)
-        if unknown:
-            raise ValueError(f"unknown policy config key {unknown[0]!r}; known: {sorted(known)}")
-        return cls(**data)
+        if isinstance(data, dict) and isinstance(data.get("vla"), dict):
+            data = {**data, "vla": VLAConfig.from_dict(data["vla"])}
+        return dataclass_from_dict(cls, data, "policy config")

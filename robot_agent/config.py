@@ -2,14 +2,12 @@
 
 from __future__ import annotations
 
-import dataclasses
 import json
-import types
-import typing
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from protos import typed_config
 from protos.env_spec import LINK_DOWNSCALES
 from protos.field_limits import UPLOAD_PART_BYTES, robot_id_problem
 from protos.user_error import UserError
@@ -128,73 +126,10 @@ def _toml_module():
     return tomllib
 
 
-def type_mismatch(value: Any, hint: Any) -> bool:
-    """Whether ``value`` (plain config data) cannot be the field type ``hint``. Unknown types pass."""
-    origin, args = typing.get_origin(hint), typing.get_args(hint)
-    if origin in (typing.Union, types.UnionType):
-        return all(type_mismatch(value, option) for option in args)
-    if hint is type(None):
-        return value is not None
-    if hint is bool:
-        return not isinstance(value, bool)
-    if hint is int:
-        return isinstance(value, bool) or not isinstance(value, int)
-    if hint is float:
-        return isinstance(value, bool) or not isinstance(value, (int, float))
-    if hint is str:
-        return not isinstance(value, str)
-    if origin is tuple:
-        if not isinstance(value, (tuple, list)):
-            return True
-        if len(args) == 2 and args[1] is Ellipsis:
-            return any(type_mismatch(item, args[0]) for item in value)
-        return len(args) != len(value) or any(type_mismatch(v, a) for v, a in zip(value, args))
-    if hint is dict or origin is dict:
-        return not isinstance(value, dict)
-    if dataclasses.is_dataclass(hint):
-        return not isinstance(value, (dict, hint))
-    return False
-
-
-def _type_name(hint: Any) -> str:
-    if typing.get_origin(hint) is None and hasattr(hint, "__name__"):
-        return hint.__name__
-    return str(hint).replace("typing.", "")
-
-
 def dataclass_from_dict(cls: type, data: dict[str, Any], where: str) -> Any:
-    """Build the frozen dataclass ``cls`` from plain data; nested dataclasses and tuples are converted."""
-    if not isinstance(data, dict):
-        raise AgentConfigError(f"{where} must be a mapping, got {type(data).__name__}")
-    hints = typing.get_type_hints(cls)
-    known = {f.name for f in dataclasses.fields(cls)}
-    unknown = sorted(set(data) - known)
-    if unknown:
-        raise AgentConfigError(f"unknown key {unknown[0]!r} in {where}; known: {sorted(known)}")
-    values = {}
-    for key, value in data.items():
-        hint = hints[key]
-        if type_mismatch(value, hint):
-            raise AgentConfigError(
-                f"{where}.{key} must be {_type_name(hint)}, got {value!r} ({type(value).__name__})"
-            )
-        nested = _dataclass_in(hint)
-        if nested is not None and isinstance(value, dict):
-            value = dataclass_from_dict(nested, value, f"{where}.{key}")
-        elif isinstance(value, list):
-            value = tuple(value)
-        values[key] = value
-    try:
-        return cls(**values)
-    except AgentConfigError:
-        raise
-    except (TypeError, ValueError) as exc:
-        raise AgentConfigError(f"{where}: {exc}") from None
-
-
-def _dataclass_in(hint: Any) -> type | None:
-    candidates = typing.get_args(hint) if isinstance(hint, types.UnionType) else (hint,)
-    return next((c for c in candidates if dataclasses.is_dataclass(c)), None)
+    """Build the frozen dataclass ``cls`` from plain data (``protos.typed_config``), errors as
+    :class:`AgentConfigError`."""
+    return typed_config.dataclass_from_dict(cls, data, where, AgentConfigError)
 
 
 def load_config_file(path: str | Path) -> dict[str, Any]:

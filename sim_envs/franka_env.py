@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Mapping
-from dataclasses import dataclass, field, fields, replace
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import gymnasium as gym
@@ -23,6 +23,7 @@ from protos import (
     validate_action,
 )
 from protos.env_spec import INSTRUCTION_CHARSET, with_previous_action
+from protos.typed_config import check_known_keys
 from sim_envs.errors import EnvConfigError
 from sim_envs.physics import PhysicsParams, load_physics_file, physics_between
 from sim_envs.randomization import DomainRandomization, ModelRandomizer
@@ -150,10 +151,7 @@ class FrankaEnvConfig:
     def from_overrides(cls, base: FrankaEnvConfig | None = None, **overrides: Any) -> FrankaEnvConfig:
         """Apply keyword overrides, naming any unknown key."""
         base = base or cls()
-        known = {f.name for f in fields(cls)}
-        for key in overrides:
-            if key not in known:
-                raise EnvConfigError(f"unknown env config key {key!r}; known: {sorted(known)}")
+        check_known_keys(cls, overrides, "env config", EnvConfigError)
         if "randomization" in overrides:
             overrides["randomization"] = DomainRandomization.from_any(overrides["randomization"])
         if "cameras" in overrides:

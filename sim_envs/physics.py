@@ -15,6 +15,7 @@ from dataclasses import asdict, dataclass, fields, replace
 from pathlib import Path
 
 from protos.atomic_files import write_atomic
+from protos.typed_config import check_known_keys
 from protos.user_error import UserError
 from sim_envs.errors import EnvConfigError
 from sim_envs.randomization import DomainRandomization
@@ -127,12 +128,7 @@ def load_physics_file(path: str | Path) -> PhysicsParams:
     params = document.get("params")
     if not isinstance(params, dict):
         raise PhysicsFileError(f"physics file {str(path)!r} has no 'params' object")
-    known = {f.name for f in fields(PhysicsParams)}
-    unknown = sorted(set(params) - known)
-    if unknown:
-        raise PhysicsFileError(
-            f"physics file {str(path)!r}: unknown parameter {unknown[0]!r}; known: {sorted(known)}"
-        )
+    check_known_keys(PhysicsParams, params, f"physics file {str(path)!r}", PhysicsFileError)
     try:
         return PhysicsParams(**params)
     except ValueError as exc:

@@ -6,6 +6,7 @@ from dataclasses import dataclass, field, fields
 
 import numpy as np
 
+from protos.typed_config import check_known_keys
 from sim_envs.errors import EnvConfigError
 
 Range = tuple[float, float]
@@ -60,10 +61,7 @@ class DomainRandomization:
             return value
         if not isinstance(value, dict):
             raise TypeError(f"randomization must be a dict or DomainRandomization, got {value!r}")
-        known = {f.name for f in fields(cls)}
-        unknown = sorted(set(value) - known)
-        if unknown:
-            raise EnvConfigError(f"unknown randomization key {unknown[0]!r}; known: {sorted(known)}")
+        check_known_keys(cls, value, "randomization", EnvConfigError)
         return cls(**{k: tuple(v) if isinstance(v, list) else v for k, v in value.items()})
 
 

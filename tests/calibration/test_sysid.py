@@ -200,7 +200,7 @@ def test_an_identified_perception_offset_shifts_what_the_sim_observes(tmp_path):
 @pytest.mark.parametrize(
     "document, message",
     [
-        ({"format": "rlinf-physics-v1", "params": {"gravity": 2.0}}, "unknown parameter 'gravity'"),
+        ({"format": "rlinf-physics-v1", "params": {"gravity": 2.0}}, "unknown key 'gravity' in physics file"),
         ({"format": "rlinf-physics-v1", "params": {"friction_scale": -1}}, "friction_scale must be"),
         (
             {"format": "rlinf-physics-v1", "params": {"object_position_bias_y_m": "3 cm"}},

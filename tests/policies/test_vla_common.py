@@ -144,7 +144,7 @@ def test_configs_of_the_removed_look_alike_heads_say_what_replaced_them():
         ValueError, match=r"policy.vla.backbone='tiny:llava-llama' is not a tiny family.*checkpoint=PATH"
     ):
         VLAConfig(backbone="tiny:llava-llama")
-    with pytest.raises(ValueError, match=r"unknown policy.vla key 'chunk'; known: \['asset_id'"):
+    with pytest.raises(ValueError, match=r"unknown key 'chunk' in policy.vla; known: \['asset_id'"):
         PolicyConfig.from_dict({"kind": "vla", "cameras": ["front"], "vla": {"chunk": 4}})
     assert VLAConfig(checkpoint="/any/folder", backbone="ignored").checkpoint == "/any/folder"
 

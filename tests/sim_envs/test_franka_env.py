@@ -77,11 +77,11 @@ def test_bad_actions_are_rejected_with_the_field_named(action, message):
 def test_unknown_env_id_and_config_key_are_one_line_errors():
     with pytest.raises(UnknownEnvError, match="unknown env id 'rlinf/FrankaFly-v0'; known:"):
         sim_envs.make("rlinf/FrankaFly-v0")
-    with pytest.raises(ValueError, match="unknown env config key 'camras'"):
+    with pytest.raises(ValueError, match="unknown key 'camras' in env config"):
         sim_envs.make("rlinf/FrankaReach-v0", camras=())
     with pytest.raises(ValueError, match="unknown camera 'top'"):
         sim_envs.make("rlinf/FrankaReach-v0", cameras=("top",))
-    with pytest.raises(ValueError, match="unknown randomization key 'gravity'"):
+    with pytest.raises(ValueError, match="unknown key 'gravity' in randomization"):
         sim_envs.make("rlinf/FrankaReach-v0", randomization={"gravity": (1, 2)})
     with pytest.raises(ValueError, match="must divide the physics rate"):
         sim_envs.make("rlinf/FrankaReach-v0", control_hz=7.0)

@@ -44,7 +44,7 @@ def test_the_trainer_follows_what_the_entry_says(scratch_id):
     # A batched env of one's own is evaluated through its vector env, as IsaacLab is.
     sim_envs.register_env(scratch_id, EnvEntry(vector_env="my_pkg.envs:MyBatchedEnv"))
     assert evaluates_through_vector_env(config(scratch_id))
-    with pytest.raises(ValueError, match="is batched .* build it with make_vector"):
+    with pytest.raises(ValueError, match=r"is batched \(one object steps every env\): build it with make_vector"):
         sim_envs.make(scratch_id)
 
 

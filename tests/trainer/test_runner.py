@@ -106,7 +106,7 @@ def test_evaluations_run_with_eval_kwargs_over_the_training_kwargs(tmp_path):
 
 def test_a_bad_eval_kwargs_key_fails_before_training(tmp_path):
     config = load_config(None, [*SMALL, f"run.output_dir={tmp_path}", "env.eval_kwargs={reward: sparse}"])
-    with pytest.raises(ConfigError, match=r"env\.eval_kwargs: unknown env config key 'reward'"):
+    with pytest.raises(ConfigError, match=r"env\.eval_kwargs: unknown key 'reward' in env config"):
         Runner(config).run()
     assert not tmp_path.exists() or not any(tmp_path.iterdir())
 

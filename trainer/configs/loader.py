@@ -2,14 +2,16 @@
 
 from __future__ import annotations
 
-from dataclasses import fields, is_dataclass
+import dataclasses
+from dataclasses import is_dataclass
 from pathlib import Path
 from typing import Any
 
 import yaml
 from omegaconf import OmegaConf
-from omegaconf.errors import OmegaConfBaseException
+from omegaconf.errors import ConfigKeyError, OmegaConfBaseException
 
+from protos.typed_config import check_known_keys
 from trainer.configs.errors import ConfigError
 from trainer.configs.schema import TrainConfig
 
@@ -40,6 +42,11 @@ def _resolve(name_or_path: str | None) -> Path:
 def _merge(base: Any, *others: Any) -> Any:
     try:
         return OmegaConf.merge(base, *others)
+    except ConfigKeyError as exc:  # a key the schema does not have: the one message every config reader gives
+        where = str(exc.full_key).rsplit(".", 1)[0] if "." in str(exc.full_key) else "the config"
+        if dataclasses.is_dataclass(exc.object_type):
+            check_known_keys(exc.object_type, [exc.key], where, ConfigError)
+        raise ConfigError(f"config key {exc.full_key!r}: {str(exc).splitlines()[0]}") from None
     except OmegaConfBaseException as exc:
         key = getattr(exc, "full_key", None)
         reason = str(exc).splitlines()[0]
@@ -82,12 +89,7 @@ def algorithm_config(config: TrainConfig) -> Any:
     from trainer.algorithms.registry import algorithm_class
 
     cls = algorithm_class(config.algorithm).config_class
-    known = {f.name for f in fields(cls)}
-    for key in config.algo:
-        if key not in known:
-            raise ConfigError(
-                f"unknown config key 'algo.{key}' for algorithm {config.algorithm!r}; known: {sorted(known)}"
-            )
+    check_known_keys(cls, config.algo, f"algo (algorithm {config.algorithm!r})", ConfigError)
     typed = _merge(OmegaConf.structured(cls), OmegaConf.create(dict(config.algo)))
     return OmegaConf.to_object(typed)
 

@@ -9,7 +9,7 @@ from policies.config import PolicyConfig
 from trainer.distributed.config import ClusterConfig
 
 
-@dataclass
+@dataclass(frozen=True)
 class RunConfig:
     """Where and how long a run goes."""
 
@@ -27,7 +27,7 @@ class RunConfig:
     device: str = "cpu"  # cpu, cuda or auto (the policy, critics and batches)
 
 
-@dataclass
+@dataclass(frozen=True)
 class EnvConfig:
     """Which env, how many copies, and the env's own config keys (see FrankaEnvConfig)."""
 
@@ -64,7 +64,7 @@ class EnvConfig:
             )
 
 
-@dataclass
+@dataclass(frozen=True)
 class TrainConfig:
     """A sim-only training run. ``algo`` holds the chosen algorithm's own keys."""
 

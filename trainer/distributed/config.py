@@ -11,7 +11,7 @@ DATA_PLANES = ("workers", "driver")
 SCHEDULES = ("static", "dynamic")
 
 
-@dataclass
+@dataclass(frozen=True)
 class ClusterConfig:
     """Placement of the env, rollout and actor roles.
 
