@@ -20,15 +20,22 @@ class ConfigValueError(UserError, ValueError):
     """A config key or value that cannot be used; the message names it."""
 
 
-def check_known_keys(cls: type, data: typing.Iterable[str], where: str, error: type[Exception] = ConfigValueError) -> None:
+def check_known_keys(
+    cls: type,
+    data: typing.Iterable[str],
+    where: str,
+    error: type[Exception] = ConfigValueError,
+    prefix: str = "",
+) -> None:
     """Refuse a key that is not a field of ``cls``: ``unknown key 'k' in WHERE; known: [...]``, with
-    the nearest known key where one is close (a typo)."""
+    the nearest known key where one is close (a typo). ``prefix`` shows the key's dotted path
+    (``run.`` for the trainer's ``run.totl_env_steps``)."""
     known = sorted(f.name for f in dataclasses.fields(cls))
     unknown = sorted(set(data) - set(known))
     if unknown:
         close = difflib.get_close_matches(unknown[0], known, n=1)
         hint = f" (did you mean {close[0]!r}?)" if close else ""
-        raise error(f"unknown key {unknown[0]!r} in {where}; known: {known}{hint}")
+        raise error(f"unknown key {prefix + unknown[0]!r} in {where}; known: {known}{hint}")
 
 
 def type_mismatch(value: Any, hint: Any) -> bool:

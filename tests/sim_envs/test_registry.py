@@ -25,7 +25,9 @@ def test_a_new_env_id_is_one_registry_line(scratch_id):
     venv = sim_envs.make_vector(scratch_id, 2, backend="inline", cameras=())
     assert venv.spec.name == "rlinf/UR5eReach-v0"
     venv.close()
-    sim_envs.register_env(scratch_id, EnvEntry(TABLETOP_ENV, kwargs={"task": "reach", "robot": "ur5e"}))  # same
+    sim_envs.register_env(
+        scratch_id, EnvEntry(TABLETOP_ENV, kwargs={"task": "reach", "robot": "ur5e"})
+    )  # same
     with pytest.raises(ValueError, match="registered already"):
         sim_envs.register_env(scratch_id, EnvEntry(TABLETOP_ENV, kwargs={"task": "push"}))
 
@@ -44,10 +46,14 @@ def test_the_trainer_follows_what_the_entry_says(scratch_id):
     # A batched env of one's own is evaluated through its vector env, as IsaacLab is.
     sim_envs.register_env(scratch_id, EnvEntry(vector_env="my_pkg.envs:MyBatchedEnv"))
     assert evaluates_through_vector_env(config(scratch_id))
-    with pytest.raises(ValueError, match=r"is batched \(one object steps every env\): build it with make_vector"):
+    with pytest.raises(
+        ValueError, match=r"is batched \(one object steps every env\): build it with make_vector"
+    ):
         sim_envs.make(scratch_id)
 
 
 def test_an_unknown_id_lists_the_known_ones():
-    with pytest.raises(UnknownEnvError, match=r"unknown env id 'rlinf/Nope-v0'; known: \[.*'rlinf/UR5ePickLift-v0'"):
+    with pytest.raises(
+        UnknownEnvError, match=r"unknown env id 'rlinf/Nope-v0'; known: \[.*'rlinf/UR5ePickLift-v0'"
+    ):
         sim_envs.make("rlinf/Nope-v0")

@@ -118,7 +118,7 @@ def test_only_interventions_and_bad_datasets_are_explained(tmp_path):
         ValueError, match="the dataset has state 28 / action 4, the env has state 28 / action 7"
     ):
         BC(other, BCConfig(dataset=str(no_human)))
-    with pytest.raises(ConfigError, match=r"unknown key 'epochs' in algo \(algorithm 'bc'\)"):
+    with pytest.raises(ConfigError, match=r"unknown key 'algo\.epochs' in the config \(algorithm 'bc'\)"):
         load_config("bc", ["algo.epochs=3"])
 
 

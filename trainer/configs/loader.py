@@ -43,9 +43,10 @@ def _merge(base: Any, *others: Any) -> Any:
     try:
         return OmegaConf.merge(base, *others)
     except ConfigKeyError as exc:  # a key the schema does not have: the one message every config reader gives
-        where = str(exc.full_key).rsplit(".", 1)[0] if "." in str(exc.full_key) else "the config"
+        full_key = str(exc.full_key)
+        prefix = full_key.rsplit(".", 1)[0] + "." if "." in full_key else ""
         if dataclasses.is_dataclass(exc.object_type):
-            check_known_keys(exc.object_type, [exc.key], where, ConfigError)
+            check_known_keys(exc.object_type, [exc.key], "the config", ConfigError, prefix)
         raise ConfigError(f"config key {exc.full_key!r}: {str(exc).splitlines()[0]}") from None
     except OmegaConfBaseException as exc:
         key = getattr(exc, "full_key", None)
@@ -89,7 +90,7 @@ def algorithm_config(config: TrainConfig) -> Any:
     from trainer.algorithms.registry import algorithm_class
 
     cls = algorithm_class(config.algorithm).config_class
-    check_known_keys(cls, config.algo, f"algo (algorithm {config.algorithm!r})", ConfigError)
+    check_known_keys(cls, config.algo, f"the config (algorithm {config.algorithm!r})", ConfigError, "algo.")
     typed = _merge(OmegaConf.structured(cls), OmegaConf.create(dict(config.algo)))
     return OmegaConf.to_object(typed)
 
