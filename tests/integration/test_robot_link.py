@@ -12,6 +12,7 @@ from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 from protos import link_codec
 from protos import robot_link_pb2 as pb
+from protos.franka import PANDA
 from robot_agent.link import LinkRefused
 from robot_agent.safety import SafetyConfig
 from tests.integration.certs import make_pki
@@ -320,7 +321,7 @@ async def _send_huge(session) -> None:
 def test_workspace_box_holds_on_real_physics(tmp_path):
     top = 0.55  # the home pose is at z = 0.487
     server = start_server()
-    safety = SafetyConfig(workspace_high=(0.85, 0.45, top))
+    safety = SafetyConfig(workspace_high=(*PANDA.workspace_high[:2], top))
     agent = start_agent(server.server.port, tmp_path, safety=safety)
     heights = []
     try:

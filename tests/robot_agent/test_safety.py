@@ -36,7 +36,7 @@ def make_filter(**overrides) -> SafetyFilter:
 
 
 def test_workspace_box_keeps_the_target_inside():
-    safety = make_filter(workspace_high=(0.85, 0.45, 0.30), max_translation_m=0.05)
+    safety = make_filter(workspace_high=(*PANDA.workspace_high[:2], 0.30), max_translation_m=0.05)
     action = np.array([0, 0, 1.0, 0, 0, 0, 1], np.float32)  # +5 cm up from z = 0.28
     safe, events = safety.limit(action, state_at([0.5, 0.0, 0.28]), None)
     target_z = 0.28 + safe[2] * SCALE.max_translation_m
@@ -45,7 +45,7 @@ def test_workspace_box_keeps_the_target_inside():
 
 
 def test_workspace_box_brings_an_outside_tcp_back_slowly():
-    safety = make_filter(workspace_high=(0.85, 0.45, 0.30), max_translation_m=0.02)
+    safety = make_filter(workspace_high=(*PANDA.workspace_high[:2], 0.30), max_translation_m=0.02)
     safe, _ = safety.limit(np.zeros(7, np.float32), state_at([0.5, 0.0, 0.40]), None)
     moved = safe[:3] * SCALE.max_translation_m
     assert moved[2] < 0 and np.linalg.norm(moved) == pytest.approx(0.02, abs=1e-6)
@@ -121,9 +121,11 @@ def test_watchdog_trips_at_its_deadline():
 
 def test_the_box_bounds_the_commanded_target_not_just_the_measured_tcp():
     # The controller's target already leads the (lagging) TCP by 4 cm: the box must bound the target.
-    safety = make_filter(workspace_high=(0.85, 0.45, 0.30), max_translation_m=0.05)
+    safety = make_filter(workspace_high=(*PANDA.workspace_high[:2], 0.30), max_translation_m=0.05)
     action = np.array([0, 0, 1.0, 0, 0, 0, 1], np.float32)
-    safety = make_filter(workspace_high=(0.85, 0.45, 0.30), max_translation_m=0.05, max_target_lead_m=0.1)
+    safety = make_filter(
+        workspace_high=(*PANDA.workspace_high[:2], 0.30), max_translation_m=0.05, max_target_lead_m=0.1
+    )
     safe, events = safety.limit(
         action, state_at([0.5, 0, 0.24]), None, targets=(TcpPose(np.array([0.5, 0, 0.28])),)
     )
@@ -145,7 +147,7 @@ def test_the_target_never_leads_the_measured_tcp_by_more_than_the_lead():
 
 
 def test_a_tcp_that_crossed_a_wall_is_pulled_back_inside_by_as_much():
-    safety = make_filter(workspace_high=(0.85, 0.45, 0.30))
+    safety = make_filter(workspace_high=(*PANDA.workspace_high[:2], 0.30))
     # The target sits on the wall, but the measured TCP coasted 1 cm past it: the target goes 1 cm inside.
     safe, events = safety.limit(
         np.zeros(7, np.float32), state_at([0.5, 0, 0.31]), None, (TcpPose(np.array([0.5, 0, 0.30])),)
@@ -155,7 +157,7 @@ def test_a_tcp_that_crossed_a_wall_is_pulled_back_inside_by_as_much():
 
 
 def test_a_tcp_heading_past_a_wall_is_braked_before_it_crosses():
-    safety = make_filter(workspace_high=(0.85, 0.45, 0.30))
+    safety = make_filter(workspace_high=(*PANDA.workspace_high[:2], 0.30))
     up = np.array([0, 0, 0.2, 0, 0, 0, 1], np.float32)
     safety.limit(up, state_at([0.5, 0, 0.26]), None)
     # 3 cm a step and 1 cm from the wall: a step on it would be 2 cm past, so the wall moves in 2 cm.
