@@ -11,9 +11,11 @@ boxes" with an env stage each and a "GPU box" with the rollout and the actor, as
 ``tests/trainer/test_multinode.py`` lays it out), hybrid with both data planes. Per row:
 ``driver_bytes`` (array bytes the driver fetched per iteration, median), ``trajectory_bytes`` (the
 iteration's batch), ``driver_share`` and ``iteration_s`` (median over the timed iterations, after a
-warm-up one).
+warm-up one). The two data planes of a layout run in turn, ``--repeats`` times (driver, workers,
+driver, ...), so that a slow stretch of this shared machine falls on both; the layout's ``speedup``
+row holds the median of the repeats' driver / workers ratios and their range.
 
-    python benchmarks/data_plane.py [--iterations 3] [--no-multinode] [--out benchmarks/results/data_plane.json]
+    python benchmarks/data_plane.py [--iterations 3] [--repeats 3] [--no-multinode] [--out benchmarks/results/data_plane.json]
 """
 
 from __future__ import annotations
@@ -85,23 +87,39 @@ def one_row(
             "driver_share": round(driver / trajectory, 6), "iteration_s": round(statistics.median(walls), 3)}  # fmt: skip
 
 
-def measure_pair(results, name, label, preset, overrides, placement, iterations, env_steps) -> None:
-    pair = {}
-    for plane in ("driver", "workers"):
-        row = one_row(preset, overrides, placement, plane, iterations, env_steps)
-        pair[plane] = row
+def measure_pair(results, name, label, preset, overrides, placement, iterations, env_steps, repeats) -> None:
+    runs: dict[str, list[dict]] = {"driver": [], "workers": []}
+    for _ in range(repeats):
+        for plane in ("driver", "workers"):
+            row = one_row(preset, overrides, placement, plane, iterations, env_steps)
+            runs[plane].append(row)
+            print(f"{name:>20} {label:>16} {plane:>7}: driver {row['driver_bytes'] / MIB:8.2f} MiB of "
+                  f"{row['trajectory_bytes'] / MIB:8.2f} MiB ({row['driver_share']:.2%}), "
+                  f"{row['iteration_s']:.2f} s/iteration", flush=True)  # fmt: skip
+    for plane, rows in runs.items():
+        row = dict(rows[0])
+        row["iteration_s"] = round(statistics.median(r["iteration_s"] for r in rows), 3)
+        row["driver_bytes"] = int(statistics.median(r["driver_bytes"] for r in rows))
+        row["driver_share"] = round(row["driver_bytes"] / row["trajectory_bytes"], 6)
+        row["repeats"] = len(rows)
         results["rows"][f"{name}/{label}/{plane}"] = row
-        print(f"{name:>20} {label:>16} {plane:>7}: driver {row['driver_bytes'] / MIB:8.2f} MiB of "
-              f"{row['trajectory_bytes'] / MIB:8.2f} MiB ({row['driver_share']:.2%}), "
-              f"{row['iteration_s']:.2f} s/iteration", flush=True)  # fmt: skip
-    ratio = pair["driver"]["iteration_s"] / pair["workers"]["iteration_s"]
-    results["rows"][f"{name}/{label}/speedup"] = {"driver_over_workers_iteration_s": round(ratio, 3)}
+    ratios = [d["iteration_s"] / w["iteration_s"] for d, w in zip(runs["driver"], runs["workers"])]
+    results["rows"][f"{name}/{label}/speedup"] = {
+        "driver_over_workers_iteration_s": round(statistics.median(ratios), 3),
+        "range": [round(min(ratios), 3), round(max(ratios), 3)],
+        "repeats": len(ratios),
+    }
+    print(f"{name:>20} {label:>16} driver / workers: median {statistics.median(ratios):.3f} "
+          f"({min(ratios):.3f} .. {max(ratios):.3f})", flush=True)  # fmt: skip
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument(
         "--iterations", type=int, default=3, help="timed iterations per row (after one warm-up)"
+    )
+    parser.add_argument(
+        "--repeats", type=int, default=3, help="runs of each data plane per layout, taken in turn"
     )
     parser.add_argument("--workloads", nargs="+", default=list(WORKLOADS), choices=list(WORKLOADS))
     parser.add_argument("--no-multinode", action="store_true", help="one node only")
@@ -117,9 +135,8 @@ def main() -> None:
         probe = load_config(preset, [*overrides, *COMMON])
         env_steps = probe.env.num_envs * probe.env.kwargs["max_episode_steps"]
         for label, placement, extra in layouts:
-            measure_pair(
-                results, name, label, preset, [*overrides, *extra], placement, args.iterations, env_steps
-            )
+            measure_pair(results, name, label, preset, [*overrides, *extra], placement, args.iterations,
+                         env_steps, args.repeats)  # fmt: skip
     if not args.no_multinode:
         import ray
 
@@ -132,11 +149,14 @@ def main() -> None:
                 env_steps = probe.env.num_envs * probe.env.kwargs["max_episode_steps"]
                 extra = [*MULTINODE, f"cluster.ray_address={cluster.address}"]
                 measure_pair(results, name, "multinode_hybrid", preset, [*overrides, *extra], "hybrid",
-                             args.iterations, env_steps)  # fmt: skip
+                             args.iterations, env_steps, args.repeats)  # fmt: skip
         finally:
             ray.shutdown()
             cluster.shutdown()
     args.out.parent.mkdir(parents=True, exist_ok=True)
+    if args.out.exists():  # keep the rows other benchmarks wrote there (dynamic_schedule.py's "dynamic")
+        earlier = json.loads(args.out.read_text()).get("rows", {})
+        results["rows"].update({k: v for k, v in earlier.items() if k not in results["rows"]})
     args.out.write_text(json.dumps(results, indent=2) + "\n")
     print(f"wrote {args.out}")
 
