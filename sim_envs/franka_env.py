@@ -191,7 +191,6 @@ class FrankaEnv(gym.Env):
         self.render_mode = render_mode
         self.task = make_task(self.cfg.task)
         self.arm = sim_arm(self.cfg.robot)
-        self.embodiment = self.arm.embodiment
         self._workspace = (np.array(self.embodiment.workspace_low), np.array(self.embodiment.workspace_high))
         arm_control = "cartesian" if self.cfg.action_mode == EE_DELTA_POSE_GRIPPER else JOINT_POSITION
         scene_cfg = SceneConfig(
@@ -228,6 +227,11 @@ class FrankaEnv(gym.Env):
         self.perceived = PerceivedScene(self.scene, np.zeros(3))
         self._steps = 0
         self._reset_command()
+
+    @property
+    def embodiment(self):
+        """The arm as data (``protos.embodiment``): its joints, limits, box and proprioception."""
+        return self.arm.embodiment
 
     # -- contract ------------------------------------------------------------------------------
     def _build_spec(self) -> EnvSpec:

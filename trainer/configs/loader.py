@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import dataclasses
 from dataclasses import is_dataclass
 from pathlib import Path
 from typing import Any
@@ -45,7 +44,7 @@ def _merge(base: Any, *others: Any) -> Any:
     except ConfigKeyError as exc:  # a key the schema does not have: the one message every config reader gives
         full_key = str(exc.full_key)
         prefix = full_key.rsplit(".", 1)[0] + "." if "." in full_key else ""
-        if dataclasses.is_dataclass(exc.object_type):
+        if is_dataclass(exc.object_type):
             check_known_keys(exc.object_type, [exc.key], "the config", ConfigError, prefix)
         raise ConfigError(f"config key {exc.full_key!r}: {str(exc).splitlines()[0]}") from None
     except OmegaConfBaseException as exc:
