@@ -54,19 +54,26 @@ def load_key_for_key(
     device: str | torch.device,
     prefix: str = "",
     shape_hint: str = "",
+    given: dict[str, torch.Tensor] | None = None,
 ) -> None:
     """Fill ``model`` (parameters on meta) from safetensors ``files`` whose keys are the model's own
     (after ``prefix``), each tensor read once in ``dtype``; an unexpected, missing or misshapen key is
-    a one-line :class:`CheckpointError` (``shape_hint`` says what to do about a shape)."""
+    a one-line :class:`CheckpointError` (``shape_hint`` says what to do about a shape). ``given``:
+    tensors under the model's names that stand in for the files' (their copies there are skipped)."""
     from safetensors import safe_open
 
     folder = files[0].parent
     ours = model.state_dict(keep_vars=True)
-    tensors: dict[str, torch.Tensor] = {}
+    tensors: dict[str, torch.Tensor] = {
+        name: tensor.to(device, dtype if tensor.is_floating_point() else tensor.dtype)
+        for name, tensor in (given or {}).items()
+    }
     for path in files:
         with safe_open(str(path), "pt", device=str(device)) as f:
             for stored in f.keys():  # noqa: SIM118 (a safetensors handle)
                 name = stored.removeprefix(prefix)
+                if name in tensors:
+                    continue
                 if name not in ours:
                     raise CheckpointError(f"{folder}: unexpected key {stored} in {path.name}")
                 tensor = f.get_tensor(stored)

@@ -164,8 +164,13 @@ def weight_files(folder: Path) -> list[Path]:
 
 
 def load_weights(
-    model: torch.nn.Module, folder: Path, dtype: torch.dtype, device: str | torch.device
+    model: torch.nn.Module,
+    folder: Path,
+    dtype: torch.dtype,
+    device: str | torch.device,
+    given: dict[str, torch.Tensor] | None = None,
 ) -> None:
-    """Fill ``model`` (parameters on meta) key for key, each tensor read once in ``dtype``."""
+    """Fill ``model`` (parameters on meta) key for key, each tensor read once in ``dtype``; ``given``
+    (OFT's FiLM vision backbone) stands in for the folder's tensors of the same names."""
     hint = " (weights smaller than the timm ids say? pass a dims file with --dims / policy.vla.dims)"
-    load_key_for_key(model, weight_files(folder), dtype, device, shape_hint=hint)
+    load_key_for_key(model, weight_files(folder), dtype, device, shape_hint=hint, given=given)

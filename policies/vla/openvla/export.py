@@ -1,7 +1,8 @@
 """Handing a finetuned OpenVLA back as upstream's folder: ``model.safetensors`` under upstream's names
 and shapes (LoRA merged in), ``config.json`` with its ``norm_stats``, the tokenizer and the image
 processor's config; for OFT also its component files (``proprio_projector--<step>_checkpoint.pt``
-from the policy, the action head and ``dataset_statistics.json`` carried over from the source).
+and, with FiLM, ``vision_backbone--<step>_checkpoint.pt`` from the policy, the action head and
+``dataset_statistics.json`` carried over from the source).
 upstream's ``AutoModelForVision2Seq.from_pretrained(..., trust_remote_code=True)`` (with its modelling
 files added) and our :func:`load_openvla` read the result.
 """
@@ -15,6 +16,7 @@ from typing import Any
 
 import torch
 
+from policies.vla.openvla.oft import film_backbone_state
 from policies.vla.openvla.policy import OpenVLAPolicy
 
 PEFT_PREFIX = "base_model.model."
@@ -118,6 +120,9 @@ def export_openvla(policy: OpenVLAPolicy, folder: str | Path, step: int = 0) -> 
     if policy.proprio is not None:
         state = {k: v.detach().cpu() for k, v in policy.proprio.state_dict().items()}
         torch.save(state, folder / f"proprio_projector--{step}_checkpoint.pt")
+    if policy.film_layout is not None:  # FiLM: OFT reads the vision backbone from its own file
+        state = film_backbone_state(policy.model, policy.film_layout)
+        torch.save(state, folder / f"vision_backbone--{step}_checkpoint.pt")
     source = c.folder
     if source.is_dir() and source.resolve() != folder.resolve():
         for pattern in ("action_head--*_checkpoint.pt", "dataset_statistics.json"):

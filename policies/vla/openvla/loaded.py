@@ -14,11 +14,14 @@ from policies.vla.openvla.checkpoint import OpenVLACheckpoint, load_weights, rea
 from policies.vla.openvla.inputs import pixels, tokenize, tokens_to_normalized, unnormalize
 from policies.vla.openvla.model import OpenVLA, build_model, generate
 from policies.vla.openvla.oft import (
+    FiLMLayout,
     OFTHeads,
+    film_file,
     has_oft_heads,
     load_heads,
     normalize_proprio,
     parallel_pass,
+    read_film_backbone,
     unnormalize_oft,
 )
 from policies.vla.weights import CheckpointError
@@ -57,6 +60,7 @@ class LoadedOpenVLA:
     checkpoint: OpenVLACheckpoint
     tokenizer: Any
     heads: OFTHeads | None = None  # OpenVLA-OFT's L1 head and proprio projector
+    film: FiLMLayout | None = None  # OpenVLA-OFT with FiLM: how its vision backbone file is stored
 
     @property
     def device(self) -> torch.device:
@@ -162,7 +166,20 @@ def load_openvla(
         heads.action_head.to(device)
         if heads.proprio_projector is not None:
             heads.proprio_projector.to(device)
-    model = build_model(checkpoint)
-    load_weights(model, checkpoint.folder, dtype, device)
+    model, film_tensors, film = build_and_read_film(checkpoint)
+    load_weights(model, checkpoint.folder, dtype, device, film_tensors)
     tokenizer = load_tokenizer(checkpoint.folder, tokenizer_dir)
-    return LoadedOpenVLA(model.eval(), checkpoint, tokenizer, heads)
+    return LoadedOpenVLA(model.eval(), checkpoint, tokenizer, heads, film)
+
+
+def build_and_read_film(
+    checkpoint: OpenVLACheckpoint,
+) -> tuple[OpenVLA, dict[str, torch.Tensor] | None, FiLMLayout | None]:
+    """The model on meta, with FiLM where the folder has OFT's ``vision_backbone--*_checkpoint.pt``,
+    and that file's tensors (which stand in for ``model.safetensors``' vision backbone, as in OFT)."""
+    path = film_file(checkpoint.folder) if checkpoint.folder.is_dir() else None
+    model = build_model(checkpoint, film=path is not None)
+    if path is None:
+        return model, None, None
+    tensors, layout = read_film_backbone(path, model)
+    return model, tensors, layout

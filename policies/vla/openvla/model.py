@@ -18,6 +18,8 @@ from policies.vla.openvla.checkpoint import OpenVLACheckpoint
 from policies.vla.openvla.vision import PrismaticVisionBackbone
 from policies.vla.weights import empty_parameters
 
+STOP_TOKEN = 2  # "</s>": OFT's parallel pass ends in it, and FiLM's language average includes it
+
 
 class PrismaticProjector(nn.Module):
     """fc1 -> GELU -> fc2 (-> GELU -> fc3 when fused: ``fused-gelu-mlp``)."""
@@ -62,13 +64,22 @@ class OpenVLA(nn.Module):
     def stored_only(self) -> list[nn.Module]:
         return self.vision_backbone.stored_only()
 
-    def image_patches(self, pixel_values: torch.Tensor) -> torch.Tensor:
+    def image_patches(self, pixel_values: torch.Tensor, language: torch.Tensor | None = None) -> torch.Tensor:
         """Projected patches [B, images * patches, D] of [B, images * (3 or 6), S, S] (OFT stacks its
-        images on the channels; upstream's OpenVLA takes one)."""
-        pixel_values = pixel_values.to(self.projector.fc1.weight.dtype)
+        images on the channels; upstream's OpenVLA takes one); ``language`` [B, D] drives OFT's FiLM."""
+        dtype = self.projector.fc1.weight.dtype
+        pixel_values = pixel_values.to(dtype)
+        language = None if language is None else language.to(dtype)
         per_image = 6 if self.vision_backbone.fused_featurizer is not None else 3
         images = torch.split(pixel_values, per_image, dim=1)
-        return torch.cat([self.projector(self.vision_backbone(image)) for image in images], dim=1)
+        return torch.cat([self.projector(self.vision_backbone(i, language)) for i in images], dim=1)
+
+    def average_language(self, text: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+        """FiLM's input: the mean embedding of the prompt's tokens (BOS to 29871, padding left out)
+        and the STOP token, the positions OFT's ``predict_action`` keeps outside its action mask."""
+        stop = self.language_model.get_input_embeddings()(torch.full_like(mask[:, :1], STOP_TOKEN))
+        weights = mask.to(text.dtype)[..., None]
+        return ((text * weights).sum(dim=1) + stop[:, 0]) / (weights.sum(dim=1) + 1)
 
     def prompt(
         self,
@@ -79,11 +90,12 @@ class OpenVLA(nn.Module):
     ) -> Prompt:
         """Embed left-padded ``tokens`` [B, L] with each row's image patches right after its BOS
         (then ``extra`` [B, K, D], OFT's proprio token, after the patches)."""
-        patches = self.image_patches(pixel_values)
-        if extra is not None:
-            patches = torch.cat([patches, extra.to(patches.dtype)], dim=1)
         text = self.language_model.get_input_embeddings()(tokens)
         mask = token_mask.long()
+        language = self.average_language(text, mask) if self.vision_backbone.has_film else None
+        patches = self.image_patches(pixel_values, language)
+        if extra is not None:
+            patches = torch.cat([patches, extra.to(patches.dtype)], dim=1)
         bos = (mask == 0).sum(dim=1)  # left padding: each row's BOS sits after its pads
         ones = torch.ones(patches.shape[:2], dtype=mask.dtype, device=mask.device)
         rows, masks = [], []
@@ -121,10 +133,14 @@ class OpenVLA(nn.Module):
         return out.logits, cache, out.hidden_states[-1] if hidden else None
 
 
-def build_model(checkpoint: OpenVLACheckpoint) -> OpenVLA:
-    """The model with its parameters on the meta device (fill with ``load_weights``)."""
+def build_model(checkpoint: OpenVLACheckpoint, film: bool = False) -> OpenVLA:
+    """The model with its parameters on the meta device (fill with ``load_weights``); ``film``: OFT's
+    FiLM on every vision block."""
     with empty_parameters():
-        return OpenVLA(checkpoint)
+        model = OpenVLA(checkpoint)
+        if film:
+            model.vision_backbone.add_film(model.language_model.config.hidden_size)
+        return model
 
 
 def generate(

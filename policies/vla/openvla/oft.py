@@ -26,18 +26,17 @@ from torch import nn
 from torch.nn import functional
 
 from policies.vla.openvla.checkpoint import ActionStats
-from policies.vla.openvla.model import OpenVLA, Prompt
+from policies.vla.openvla.model import STOP_TOKEN, OpenVLA, Prompt
 from policies.vla.weights import CheckpointError
 
 PLACEHOLDER_TOKEN = 1  # OFT's placeholder ids (their embeddings are zeroed anyway)
-STOP_TOKEN = 2  # "</s>"
 HEAD_FILES = {
     "action_head": "action_head--*_checkpoint.pt",
     "proprio_projector": "proprio_projector--*_checkpoint.pt",
 }
+FILM_FILE = "vision_backbone--*_checkpoint.pt"  # OFT with FiLM: the whole vision backbone, FiLM'd
 UNSUPPORTED_FILES = {
     "noisy_action_projector--*_checkpoint.pt": "OFT's diffusion head is not supported (only L1 regression)",
-    "vision_backbone--*_checkpoint.pt": "OFT's FiLM vision backbone is not supported yet",
 }
 
 
@@ -122,7 +121,7 @@ class OFTHeads:
 
 def has_oft_heads(folder: Path) -> bool:
     """Whether the folder holds any of OFT's component files (then it must hold the action head)."""
-    patterns = [*HEAD_FILES.values(), *UNSUPPORTED_FILES]
+    patterns = [*HEAD_FILES.values(), FILM_FILE, *UNSUPPORTED_FILES]
     return any(_one(Path(folder), pattern) is not None for pattern in patterns)
 
 
@@ -174,6 +173,100 @@ def _load(module: nn.Module, state: dict[str, torch.Tensor], path: Path, dtype: 
                 f"{path}: {name} has shape {list(state[name].shape)}, expected {list(own[name].shape)}"
             )
     module.load_state_dict({k: v.to(dtype) for k, v in state.items()})
+
+
+@dataclass(frozen=True)
+class FiLMLayout:
+    """How a FiLM vision backbone file stores its linears: OFT's ``finetune.py`` adds LoRA to every
+    linear (``all-linear``, ``lora_alpha = min(rank, 16)``) before wrapping the ViT blocks in FiLM,
+    so the file holds ``base_layer`` / ``lora_A`` / ``lora_B`` for those (and its deploy code expects
+    them); a file written without LoRA holds plain weights."""
+
+    lora_modules: tuple[str, ...] = ()  # upstream module paths stored as LoRA
+    lora_rank: int = 0
+
+
+def film_file(folder: Path) -> Path | None:
+    return _one(Path(folder), FILM_FILE)
+
+
+_BLOCK = re.compile(r"\.blocks\.(\d+)\.block\.")
+_FILM = re.compile(r"\.blocks\.(\d+)\.(scale|shift)\.")
+
+
+def _film_to_ours(key: str) -> str:
+    return _FILM.sub(r".blocks.\1.film.\2.", _BLOCK.sub(r".blocks.\1.", key))
+
+
+def _ours_to_film(key: str) -> str:
+    key = re.sub(r"\.blocks\.(\d+)\.film\.(scale|shift)\.", r".blocks.\1.\2.", key)
+    return re.sub(r"\.blocks\.(\d+)\.(?!scale\.|shift\.)", r".blocks.\1.block.", key)
+
+
+def read_film_backbone(path: Path, model: nn.Module) -> tuple[dict[str, torch.Tensor], FiLMLayout]:
+    """OFT's ``vision_backbone--*_checkpoint.pt`` (``FiLMedPrismaticVisionBackbone.state_dict()``: each
+    ViT block as ``blocks.N.block.*`` beside its ``blocks.N.scale`` / ``shift``) under ``model``'s names
+    (``vision_backbone.*``, every one of them), LoRA merged in as peft merges it."""
+    state = load_component(path)
+    plain = {k: v for k, v in state.items() if ".lora_A." not in k and ".lora_B." not in k}
+    lora_a = {k.split(".lora_A.")[0]: v for k, v in state.items() if ".lora_A." in k}
+    lora_b = {k.split(".lora_B.")[0]: v for k, v in state.items() if ".lora_B." in k}
+    if set(lora_a) != set(lora_b):
+        odd = sorted(set(lora_a) ^ set(lora_b))[0]
+        raise CheckpointError(f"{path}: {odd} has only one of lora_A / lora_B")
+    ranks = {a.shape[0] for a in lora_a.values()}
+    if len(ranks) > 1:
+        raise CheckpointError(f"{path}: LoRA ranks differ between layers ({sorted(ranks)})")
+    rank = ranks.pop() if ranks else 0
+    ours = {k: v for k, v in model.state_dict(keep_vars=True).items() if k.startswith("vision_backbone.")}
+    tensors: dict[str, torch.Tensor] = {}
+    for key, tensor in plain.items():
+        if ".base_layer." in key:
+            module, leaf = key.split(".base_layer.")
+            if leaf == "weight" and module in lora_a:
+                scaling = min(rank, 16) / rank  # OFT's lora_alpha = min(rank, 16)
+                delta = lora_b[module].float() @ lora_a[module].float()
+                tensor = (tensor.float() + scaling * delta).to(tensor.dtype)
+            key = f"{module}.{leaf}"
+        name = _film_to_ours(key)
+        if name not in ours:
+            raise CheckpointError(f"{path}: unexpected key {key} (not in a FiLM'd Prismatic vision backbone)")
+        if tuple(tensor.shape) != tuple(ours[name].shape):
+            raise CheckpointError(
+                f"{path}: {key} has shape {list(tensor.shape)}, the model wants {list(ours[name].shape)}"
+            )
+        tensors[name] = tensor
+    missing = sorted(set(ours) - set(tensors))
+    if missing:
+        raise CheckpointError(f"{path}: missing {_ours_to_film(missing[0])} ({len(missing)} in all)")
+    return tensors, FiLMLayout(tuple(sorted(lora_a)), rank)
+
+
+def film_backbone_state(model: nn.Module, layout: FiLMLayout) -> dict[str, torch.Tensor]:
+    """The model's FiLM vision backbone as OFT's file holds it (the inverse of
+    :func:`read_film_backbone`): LoRA'd linears as ``base_layer`` beside an adapter of the source's rank
+    that adds nothing (``lora_B`` zero)."""
+    out: dict[str, torch.Tensor] = {}
+    lora = set(layout.lora_modules)
+    generator = torch.Generator().manual_seed(0)
+    for name, tensor in model.state_dict().items():
+        if not name.startswith("vision_backbone."):
+            continue
+        key = _ours_to_film(name)
+        module, leaf = key.rsplit(".", 1)
+        tensor = tensor.detach().cpu().contiguous().clone()
+        if module in lora:
+            out[f"{module}.base_layer.{leaf}"] = tensor
+            if leaf == "weight":
+                # as peft's "gaussian" init (B zero: no change), so upstream can train on from here
+                a = torch.randn(layout.lora_rank, tensor.shape[1], generator=generator) / layout.lora_rank
+                out[f"{module}.lora_A.default.weight"] = a.to(tensor.dtype)
+                out[f"{module}.lora_B.default.weight"] = torch.zeros(
+                    tensor.shape[0], layout.lora_rank, dtype=tensor.dtype
+                )
+        else:
+            out[key] = tensor
+    return out
 
 
 def normalize_proprio(state: np.ndarray, stats: dict) -> np.ndarray:

@@ -37,7 +37,7 @@ from policies.vla.openvla.checkpoint import (
     read_checkpoint,
 )
 from policies.vla.openvla.inputs import normalize, pixels, tokenize
-from policies.vla.openvla.loaded import load_tokenizer
+from policies.vla.openvla.loaded import build_and_read_film, load_tokenizer
 from policies.vla.openvla.model import Prompt, build_model, generate
 from policies.vla.openvla.oft import (
     ProprioProjector,
@@ -124,6 +124,7 @@ class OpenVLAPolicy(Policy):
                 "or policy.vla.parallel_decoding=true for OFT's chunks"
             )
         self.chunk_size, self.proprio, self.proprio_stats = cfg.chunk_size, None, None
+        self.film_layout = None  # OFT with FiLM: how to write its vision backbone file back
         if folder is not None:
             self.checkpoint = read_checkpoint(folder, vla.dims or None)
             if oft_folder and (folder / "dataset_statistics.json").is_file():  # OFT's statistics win
@@ -139,10 +140,10 @@ class OpenVLAPolicy(Policy):
                     f"the env's action has {self.action_dim}"
                 )
             self.tokenizer = load_tokenizer(folder, vla.tokenizer or None)
-            self.model = build_model(self.checkpoint)
+            self.model, film_tensors, self.film_layout = build_and_read_film(self.checkpoint)
             dtype = torch.bfloat16 if vla.dtype == "bfloat16" else torch.float32
             if saved is None:
-                load_weights(self.model, folder, dtype, "cpu")
+                load_weights(self.model, folder, dtype, "cpu", film_tensors)
             else:
                 _random_init(self.model)  # the saved policy's weights come next
             if oft_folder:

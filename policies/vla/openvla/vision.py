@@ -119,6 +119,20 @@ class LayerScale(nn.Module):
         return x * self.scale_factor
 
 
+class FiLM(nn.Module):
+    """OpenVLA-OFT's language conditioning of one ViT block (``FiLMedVisionTransformerBlock``):
+    ``x * (1 + gamma) + beta`` between attention and MLP, with ``gamma`` / ``beta`` projected from the
+    average embedding of the prompt's tokens (the same for every patch)."""
+
+    def __init__(self, llm_dim: int, vision_dim: int) -> None:
+        super().__init__()
+        self.scale = nn.Linear(llm_dim, vision_dim)
+        self.shift = nn.Linear(llm_dim, vision_dim)
+
+    def forward(self, x: torch.Tensor, language: torch.Tensor) -> torch.Tensor:
+        return x * (1 + self.scale(language)[:, None]) + self.shift(language)[:, None]
+
+
 class Block(nn.Module):
     def __init__(self, dims: ViTDims) -> None:
         super().__init__()
@@ -128,9 +142,12 @@ class Block(nn.Module):
         self.norm2 = nn.LayerNorm(dims.embed_dim, eps=LAYER_NORM_EPS)
         self.mlp = Mlp(dims.embed_dim, dims.mlp_dim)
         self.ls2 = LayerScale(dims.embed_dim) if dims.layer_scale else nn.Identity()
+        self.film: FiLM | None = None  # OFT with FiLM: set by PrismaticVisionBackbone.add_film
 
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
+    def forward(self, x: torch.Tensor, language: torch.Tensor | None = None) -> torch.Tensor:
         x = x + self.ls1(self.attn(self.norm1(x)))
+        if self.film is not None:
+            x = self.film(x, language)
         return x + self.ls2(self.mlp(self.norm2(x)))
 
 
@@ -189,10 +206,10 @@ class VisionTransformer(nn.Module):
             return torch.cat([*prefix, patches + self.pos_embed], dim=1)
         return torch.cat([*prefix, patches], dim=1) + self.pos_embed
 
-    def forward(self, images: torch.Tensor) -> torch.Tensor:
+    def forward(self, images: torch.Tensor, language: torch.Tensor | None = None) -> torch.Tensor:
         x = self._with_positions(self.patch_embed(images))
         for block in self.blocks[: self.feature_block + 1]:
-            x = block(x)
+            x = block(x, language)
         return x[:, self.dims.num_prefix_tokens :]
 
 
@@ -205,12 +222,30 @@ class PrismaticVisionBackbone(nn.Module):
         self.fused_featurizer = None if fused is None else VisionTransformer(fused)
         self.embed_dim = featurizer.embed_dim + (0 if fused is None else fused.embed_dim)
 
-    def stored_only(self) -> list[nn.Module]:
-        vits = [self.featurizer] + ([] if self.fused_featurizer is None else [self.fused_featurizer])
-        return [module for vit in vits for module in vit.stored_only()]
+    @property
+    def vits(self) -> list[VisionTransformer]:
+        return [self.featurizer] + ([] if self.fused_featurizer is None else [self.fused_featurizer])
 
-    def forward(self, pixel_values: torch.Tensor) -> torch.Tensor:
+    @property
+    def has_film(self) -> bool:
+        return self.featurizer.blocks[0].film is not None
+
+    def add_film(self, llm_dim: int) -> None:
+        """OFT's ``FiLMedPrismaticVisionBackbone``: a FiLM on every block of every ViT."""
+        for vit in self.vits:
+            for block in vit.blocks:
+                block.film = FiLM(llm_dim, vit.dims.embed_dim)
+
+    def stored_only(self) -> list[nn.Module]:
+        return [module for vit in self.vits for module in vit.stored_only()]
+
+    def forward(self, pixel_values: torch.Tensor, language: torch.Tensor | None = None) -> torch.Tensor:
+        """Patch features; ``language`` [B, llm_dim] (the average prompt embedding) drives FiLM."""
+        if self.has_film and language is None:
+            raise ValueError("a FiLM vision backbone needs the average language embedding")
         if self.fused_featurizer is None:
-            return self.featurizer(pixel_values)
+            return self.featurizer(pixel_values, language)
         image, image_fused = torch.split(pixel_values, [3, 3], dim=1)
-        return torch.cat([self.featurizer(image), self.fused_featurizer(image_fused)], dim=2)
+        return torch.cat(
+            [self.featurizer(image, language), self.fused_featurizer(image_fused, language)], dim=2
+        )
