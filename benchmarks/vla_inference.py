@@ -5,7 +5,7 @@ Config (both sides): the real SigLIP so400m/14 at 224 px, two cameras, 48 prompt
 257152 vocabulary, a 512-wide 6-layer PaliGemma Gemma and a 256-wide 6-layer expert (a scaled-down
 π0 that fits this 2-core box twice), chunk 50, 10 Euler steps, batch 1, float32, 2 threads.
 Figures: median seconds per chunk over ``--rounds`` after one warm-up, and peak RSS; LeRobot's
-side runs in its own venv (``scripts/lerobot_vla_venv.sh``) as a subprocess.
+side runs in LeRobot's side venv (``scripts/lerobot_venv.sh``) as a subprocess.
 
     python benchmarks/vla_inference.py [--rounds 5]   -> benchmarks/results/vla_inference.json
 """
@@ -23,7 +23,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
-LEROBOT_PYTHON = ROOT / ".venv-lerobot-vla" / "bin" / "python"
+LEROBOT_PYTHON = ROOT / ".venv-lerobot" / "bin" / "python"
 CONFIG = {
     "paligemma": {
         "width": 512,
@@ -97,7 +97,7 @@ def ours(rounds: int) -> dict:
 
 def lerobot(rounds: int) -> dict:
     if not LEROBOT_PYTHON.is_file():
-        raise SystemExit(f"no LeRobot VLA venv at {LEROBOT_PYTHON}: run bash scripts/lerobot_vla_venv.sh")
+        raise SystemExit(f"no LeRobot side venv at {LEROBOT_PYTHON}: run bash scripts/lerobot_venv.sh")
     with tempfile.NamedTemporaryFile("w", suffix=".json", delete=False) as f:
         json.dump(CONFIG, f)
     script = ROOT / "benchmarks" / "peers" / "lerobot_pi0_latency.py"

@@ -1,17 +1,18 @@
 #!/usr/bin/env bash
-# A side venv with LeRobot's own dataset library and its async-inference robot client, for the
-# round-trip check in tests/protos/test_lerobot_roundtrip.py and LeRobot's RobotClient in
-# tests/integration/test_lerobot_protocol.py (Python >= 3.12, and they pull torch: ~8 GB, about
-# 5 minutes here). Reused when it is already there.
+# A side venv with LeRobot's own code (Python >= 3.12; it pulls torch: ~8 GB, about 5 minutes here),
+# reused when it is already there, for:
+# - its dataset library: the round-trip check in tests/protos/test_lerobot_roundtrip.py;
+# - its async-inference RobotClient: tests/integration/test_lerobot_protocol.py;
+# - its π0 / π0.5 / SmolVLA: tests/policies/test_lerobot_vla_reload.py (our exports, loaded by
+#   LeRobot's classes) and the LeRobot row of benchmarks/vla_inference.py.
 #   bash scripts/lerobot_venv.sh          # -> .venv-lerobot
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-# Another LeRobot side venv reuses this script: VENV, PINS (space-separated) and CHECK (a module
-# to import) override the defaults (scripts/lerobot_vla_venv.sh).
+# VENV, PINS (space-separated) and CHECK (modules to import) override the defaults.
 VENV=${VENV:-.venv-lerobot}
-read -r -a PINS <<< "${PINS:-lerobot-dataset==0.5.0 lerobot[async]==0.6.1}"
-CHECK=${CHECK:-ledataset, lerobot.async_inference.configs, lerobot.transport.services_pb2_grpc}
+read -r -a PINS <<< "${PINS:-lerobot-dataset==0.5.0 lerobot[async,pi,smolvla]==0.6.1}"
+CHECK=${CHECK:-ledataset, lerobot.async_inference.configs, lerobot.transport.services_pb2_grpc, lerobot.policies.pi0.modeling_pi0, lerobot.policies.pi05.modeling_pi05, lerobot.policies.smolvla.modeling_smolvla}
 if [ -x "$VENV/bin/python" ] && "$VENV/bin/python" -c "import $CHECK" >/dev/null 2>&1; then
   echo "[$VENV] $VENV is ready"
   exit 0

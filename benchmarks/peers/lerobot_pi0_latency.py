@@ -1,6 +1,6 @@
 """LeRobot 0.6.1's own π0 (``PI0Pytorch.sample_actions``) timed at given dims, random weights.
 
-Runs in the LeRobot VLA side venv (``scripts/lerobot_vla_venv.sh``); ``benchmarks/vla_inference.py``
+Runs in the LeRobot side venv (``scripts/lerobot_venv.sh``); ``benchmarks/vla_inference.py``
 starts it. LeRobot builds only the published Gemma variants, PaliGemma's 257152 vocabulary and a
 2048-wide projector, so (as the reference fixtures' generator did) ``get_gemma_config`` returns the
 dims asked for and the projector is sized to the Gemma width; nothing else of LeRobot's is touched.

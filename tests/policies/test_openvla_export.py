@@ -114,22 +114,18 @@ def test_export_refuses_what_it_cannot_write_in_one_line(env, tmp_path, capsys):
 PI_REFERENCE = REFERENCE.parent
 
 
-@pytest.mark.parametrize(
-    ("family", "layout"), [("pi0", "openpi"), ("pi05", "lerobot"), ("smolvla", "lerobot")]
-)
-def test_a_lora_finetuned_flow_policy_exports_in_the_layout_it_came_in(env, tmp_path, family, layout):
-    from policies.vla.pi.loaded import load_pi
-    from policies.vla.smolvla.loaded import load_smolvla
+def export_finetuned(env, tmp_path: Path, family: str, layout: str):
+    """A π-family policy from the fixture's ``layout`` folder, finetuned with LoRA, saved and
+    exported; returns the export, its source folder, the observations and the finetuned chunk."""
     from tests.policies.test_pi_policy import reference_spec
 
     folder = PI_REFERENCE / family
     tokenizer = folder / ("tiny_smolvlm" if family == "smolvla" else "paligemma_tokenizer")
     dims = None if family == "smolvla" else str(folder / "tiny_dims.json")
-    chunk = 5
     vla = VLAConfig(checkpoint=str(folder / layout), dims=dims or "", tokenizer=str(tokenizer),
                     flow_steps=10, flow_noise_level=0.0, lora_rank=4)  # fmt: skip
     policy = make_policy(
-        reference_spec(env), PolicyConfig(kind="vla", cameras=["base"], chunk_size=chunk, vla=vla)
+        reference_spec(env), PolicyConfig(kind="vla", cameras=["base"], chunk_size=5, vla=vla)
     )
     generator = torch.Generator().manual_seed(0)
     obs = {"state": torch.randn(2, 8, generator=generator),
@@ -141,9 +137,22 @@ def test_a_lora_finetuned_flow_policy_exports_in_the_layout_it_came_in(env, tmp_
     assert not torch.allclose(before, after)  # the finetune moved the chunk
     policy.save(tmp_path / "policy")
     assert export.main([str(tmp_path / "policy"), str(tmp_path / "out")]) == 0
-    out = tmp_path / "out"
-    assert shapes(out / "model.safetensors") == shapes(folder / layout / "model.safetensors")
-    source_files = sorted(p.relative_to(folder / layout) for p in (folder / layout).rglob("*") if p.is_file())
+    return tmp_path / "out", folder / layout, obs, after
+
+
+@pytest.mark.parametrize(
+    ("family", "layout"), [("pi0", "openpi"), ("pi05", "lerobot"), ("smolvla", "lerobot")]
+)
+def test_a_lora_finetuned_flow_policy_exports_in_the_layout_it_came_in(env, tmp_path, family, layout):
+    from policies.vla.pi.loaded import load_pi
+    from policies.vla.smolvla.loaded import load_smolvla
+
+    out, source, obs, after = export_finetuned(env, tmp_path, family, layout)
+    folder = PI_REFERENCE / family
+    tokenizer = folder / ("tiny_smolvlm" if family == "smolvla" else "paligemma_tokenizer")
+    dims = None if family == "smolvla" else str(folder / "tiny_dims.json")
+    assert shapes(out / "model.safetensors") == shapes(source / "model.safetensors")
+    source_files = sorted(p.relative_to(source) for p in source.rglob("*") if p.is_file())
     assert sorted(p.relative_to(out) for p in out.rglob("*") if p.is_file()) == source_files
     if family == "smolvla":
         reloaded = load_smolvla(out, tokenizer)
@@ -153,5 +162,5 @@ def test_a_lora_finetuned_flow_policy_exports_in_the_layout_it_came_in(env, tmp_
         reloaded = load_pi(out, dims, tokenizer)
         slot = reloaded.checkpoint.cameras[0]
         batch = reloaded.inputs({slot: obs["images"]["base"]}, obs["state"], obs["instruction"])
-    chunk_out = reloaded.sample(batch, torch.zeros(2, chunk, 32))["action_chunk"]
+    chunk_out = reloaded.sample(batch, torch.zeros(2, 5, 32))["action_chunk"]
     torch.testing.assert_close(chunk_out.clamp(-10.0, 10.0), after, atol=1e-4, rtol=0)
