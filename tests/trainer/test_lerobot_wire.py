@@ -20,6 +20,7 @@ from trainer.server.lerobot_server import (
     MESSAGES,
     LerobotMapping,
     LerobotPolicyServer,
+    max_observation_bytes,
     peer_address,
     setup_problem,
     to_observation,
@@ -230,7 +231,11 @@ def test_the_server_refuses_calls_out_of_order_and_an_observation_past_its_size(
             server.clients[next(iter(server.clients))].setup = wire.PolicySetup(
                 "a", "b", ("a", "b", "c"), {}, 1, "cpu"
             )
-            parts = [part(transfer_state=1 if i == 0 else 2, data=bytes(2 << 20)) for i in range(40)]  # 80 MB
+            # One 2 MB part past the limit, no more: the server refuses with the part that crosses it,
+            # and a client still writing tens of MB then would race that refusal's RST_STREAM (seen in
+            # a CI run as INTERNAL instead of the server's RESOURCE_EXHAUSTED).
+            count = max_observation_bytes(SPEC) // (2 << 20) + 1
+            parts = [part(transfer_state=1 if i == 0 else 2, data=bytes(2 << 20)) for i in range(count)]
             with pytest.raises(grpc.aio.AioRpcError) as big:
                 await send(iter(parts))
         stop.set()
