@@ -147,16 +147,20 @@ class RayOnPolicy(WorkerGroup):
         refs = [ref for k in stages for ref in (first[k], *acts[k], *steps[k], finals[k])]
         layout = (self.envs_per_stage, self.cameras, self.decisions)
         if self.data_plane == "workers":  # the results go to the actor, which builds the batch
-            summary = self.ledger.get(self.actor.ingest.remote(*layout, *refs))
+            ingested = self.actor.ingest.remote(*layout, *refs)
         else:  # the old path: every result through here, and the batch out again
             batch, summary = build_batch(*layout, *self.ledger.get(refs))
-        collect_s = time.perf_counter() - tick
+            collect_s = time.perf_counter() - tick
         if self.plan.offload:  # the rollout's model leaves the device before the actor's arrives
             moves.append(self.rollout.offload.remote())
             ray.get(moves[-1])
             moves.append(self.actor.onload.remote())
         if self.data_plane == "workers":
+            # The actor runs its calls in order: the update is queued behind the ingest at once, and
+            # the driver reads the ingest's summary while it runs (no round trip between the two).
             update = self.actor.update_ingested.options(num_returns=2).remote()
+            summary = self.ledger.get(ingested)
+            collect_s = time.perf_counter() - tick
         else:
             update = self.actor.update.remote(batch, summary["min_version"])
         if self.plan.offload:
