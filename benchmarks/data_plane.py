@@ -73,12 +73,13 @@ def local_cluster():
 def one_row(
     preset: str, overrides: list[str], placement: str, plane: str, iterations: int, env_steps: int
 ) -> dict:
-    out = Path(tempfile.mkdtemp(prefix="rlinf-data-plane-"))
-    config = load_config(preset, [*overrides, *COMMON, f"cluster.placement={placement}",
-                                  f"cluster.data_plane={plane}", f"run.total_env_steps={env_steps * (iterations + 1)}",
-                                  f"run.output_dir={out}"])  # fmt: skip
-    Runner(config).run()
-    rows = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
+    # A run's files (~70 MB, checkpoints included) go once its metrics are read.
+    with tempfile.TemporaryDirectory(prefix="rlinf-data-plane-", ignore_cleanup_errors=True) as out:
+        config = load_config(preset, [*overrides, *COMMON, f"cluster.placement={placement}",
+                                      f"cluster.data_plane={plane}", f"run.total_env_steps={env_steps * (iterations + 1)}",
+                                      f"run.output_dir={out}"])  # fmt: skip
+        Runner(config).run()
+        rows = [json.loads(line) for line in (Path(out) / "metrics.jsonl").read_text().splitlines()]
     walls = [b["wall_s"] - a["wall_s"] for a, b in itertools.pairwise(rows)]  # the first iteration warms up
     driver = statistics.median(r["train/driver_bytes"] for r in rows[1:])
     trajectory = statistics.median(r["train/trajectory_bytes"] for r in rows[1:])
