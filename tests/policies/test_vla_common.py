@@ -180,3 +180,24 @@ def test_the_tiny_tokenizer_spells_task_words_whole_and_is_built_the_same_every_
     assert [tokenizer.convert_tokens_to_string([w]) for w in words] == ["lift", " the", " red", " cube"]
     assert len(tokenizer.tokenize("reach-v3")) > 1  # other text falls back to pieces and bytes
     assert tokenizer.get_vocab() == word_tokenizer(256).get_vocab()
+
+
+@pytest.mark.parametrize("backbone", ["tiny:pi0", "tiny:smolvla"])
+def test_a_tiny_flow_model_is_sized_to_a_state_wider_than_the_published_32(backbone):
+    """PickColor with the privileged state has 44 dims: the published checkpoints pad to 32 (and
+    refuse wider, tests/policies/test_pi_checkpoints.py), a tiny model is built to fit."""
+    env = sim_envs.make("rlinf/FrankaPickColor-v0", cameras=("front",), image_height=64, image_width=64,
+                        privileged_state=True)  # fmt: skip
+    try:
+        obs = stack_obs([env.reset(seed=i)[0] for i in range(2)])
+        spec = env.env_spec
+    finally:
+        env.close()
+    assert spec.state_dim > 32
+    cfg = PolicyConfig(
+        kind="vla", cameras=["front"], chunk_size=4, vla=VLAConfig(backbone=backbone, flow_steps=2)
+    )
+    policy = make_policy(spec, cfg)
+    assert policy.dims.max_state_dim == spec.state_dim
+    out = policy.act(obs)
+    assert out.actions.shape == (2, 4, spec.action.dim) and torch.isfinite(out.actions).all()

@@ -130,7 +130,9 @@ class PiPolicy(Policy):
         self.token_length = TINY_TOKENS
         self.dims = PiDims(
             family=family, vlm=TINY_GEMMA, expert=TINY_EXPERT, vision=TINY_SIGLIP, projection_dim=TINY_GEMMA.width,
-            vocab_size=len(self.tokenizer), chunk_size=self.cfg.chunk_size, max_state_dim=32, max_action_dim=32,
+            vocab_size=len(self.tokenizer), chunk_size=self.cfg.chunk_size,
+            # the published 32, or wider where the env's state / action is (a tiny model is ours to size)
+            max_state_dim=max(32, self.spec.state_dim), max_action_dim=max(32, self.action_dim),
         )  # fmt: skip
         self.model = build_flow_model(self.dims)
         _random_init(self.model)

@@ -97,7 +97,9 @@ class SmolVLAPolicy(PiPolicy):
         self.tokenizer = word_tokenizer(0)
         self.image_size, self.token_length = (TINY_IMAGE, TINY_IMAGE), TINY_TOKENS
         vlm = tiny_vlm_config(len(self.tokenizer), self.tokenizer.convert_tokens_to_ids(IMAGE_TOKEN))
-        self.dims = SmolVLADims(vlm_config=vlm, num_vlm_layers=2, chunk_size=self.cfg.chunk_size)
+        self.dims = SmolVLADims(vlm_config=vlm, num_vlm_layers=2, chunk_size=self.cfg.chunk_size,
+                                max_state_dim=max(32, self.spec.state_dim),
+                                max_action_dim=max(32, self.spec.action.dim))  # fmt: skip
         self.model = build_smolvla(self.dims)
         _random_init(self.model)
         self.state_norm = RunningNormalizer(self.spec.state_dim)
