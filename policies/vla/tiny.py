@@ -9,12 +9,15 @@ IMAGE_TOKEN = "<image>"
 
 
 # The words the tiny tokenizer learns whole (as a real tokenizer has " red" and " cube" as tokens):
-# the prompt, our tasks' instructions and state-field names. Anything else falls back to bytes.
+# the prompts, our tasks' instructions and state-field names, and the numbers 0-255 that π0.5
+# writes its discretised state in (so a 44-dim state is ~60 tokens, not 175). Anything else falls
+# back to bytes.
 TINY_WORDS = (  # noqa: SIM905 (one readable line of words)
     "in out what action should the robot take to lift pick up place put push move open close turn "
     "press reach it and on of from a red green blue yellow orange purple white black cube block "
-    "plate target goal drawer door button gripper joint pos vel tcp quat width rel left right"
-).split()
+    "plate target goal drawer door button gripper joint pos vel tcp quat width rel left right "
+    "task state"
+).split() + [str(number) for number in range(256)]
 TINY_CORPUS = (
     "In: What action should the robot take to lift the red cube?\nOut:",
     *(f"{word} {word.capitalize()} the {word}" for word in TINY_WORDS),
@@ -32,7 +35,7 @@ def word_tokenizer(action_bins: int):
     model.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
     model.decoder = decoders.ByteLevel()
     trainer = trainers.BpeTrainer(
-        vocab_size=1000,
+        vocab_size=1500,
         min_frequency=1,
         initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
         show_progress=False,

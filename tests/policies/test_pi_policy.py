@@ -236,3 +236,24 @@ def test_smolvla_at_noise_level_zero_is_lerobots_euler_sampler(env):
     torch.testing.assert_close(ours.samples[:, -1], upstream, atol=1e-5, rtol=0)
     expected = torch.clamp(loaded.checkpoint.action_norm.unnormalize(upstream[..., :7]), -10.0, 10.0)
     torch.testing.assert_close(ours.actions, expected, atol=1e-5, rtol=0)
+
+
+def test_tiny_pi05_reads_every_state_dimension_from_its_prompt():
+    """π0.5 has no state token: the state is digits in the prompt. A 44-dim state (PickColor's
+    privileged one) must fit in the tiny model's token length, or its last dimensions are cut off
+    and the policy cannot see them."""
+    env = sim_envs.make(
+        "rlinf/FrankaPickColor-v0", cameras=("front",), image_height=64, image_width=64, privileged_state=True
+    )
+    try:
+        policy = tiny(env, "pi05", normalize_state=False)
+        obs = observations(env, n=1)
+    finally:
+        env.close()
+    assert policy.spec.state_dim == 44
+    changed = {**obs, "state": obs["state"].copy()}
+    changed["state"][:, -1] = obs["state"][:, -1] + 0.5  # only the last dimension moves
+    with torch.no_grad():
+        prefix, _ = policy._prefix(obs)
+        prefix_changed, _ = policy._prefix(changed)
+    assert not torch.allclose(prefix.hidden, prefix_changed.hidden)

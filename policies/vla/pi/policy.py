@@ -39,6 +39,13 @@ TINY_SIGLIP = SiglipDims(
     hidden_size=32, intermediate_size=64, num_hidden_layers=1, num_attention_heads=2, image_size=56
 )
 TINY_TOKENS = 48
+# π0.5 writes its state into the prompt, a token per dimension with the tiny tokenizer: room for
+# "Task: <instruction>, State: <digits>;\nAction: " without cutting the state off
+TINY_PI05_PROMPT_TOKENS = 32
+# openpi's quantile normalisation puts a state's 1st..99th percentile on [-1, 1] before it is
+# discretised; the tiny π0.5 has a running z-score instead, so ±3σ is put there (at ±1σ a third of
+# the values would clip to the end bins)
+TINY_PI05_STATE_SIGMAS = 3.0
 LORA_TARGETS = ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"]
 
 
@@ -56,6 +63,22 @@ def _random_init(model: nn.Module, seed: int = 0) -> None:
             value = torch.randn(shape, generator=generator) * 0.02
         weights[name] = value
     model.load_state_dict(weights, strict=False, assign=True)
+
+
+def _order_number_embeddings(embedding: nn.Embedding, tokenizer, frequencies: int = 6) -> None:
+    """Give the tiny tokenizer's number tokens " 0" … " 255" embeddings that vary smoothly with
+    the number, as a pretrained language model's do. π0.5 reads its state as these digits; from a
+    random table a tiny model must learn 256 unrelated vectors per state dimension from the demos
+    (measured on PickColor: 4% success after 800 SFT updates, π0 with its state token 92% after 400)."""
+    ids = [tokenizer.convert_tokens_to_ids(tokenizer.tokenize(f" {number}"))[0] for number in range(256)]
+    angles = torch.arange(256, dtype=torch.float32)[:, None] / 255 * math.pi * 2.0 ** torch.arange(frequencies)
+    features = torch.cat([angles.sin(), angles.cos()], dim=1)  # [256, 2 * frequencies]
+    generator = torch.Generator().manual_seed(1)
+    with torch.no_grad():
+        weight = embedding.weight
+        projection = torch.randn(features.shape[1], weight.shape[1], generator=generator)
+        ordered = features @ projection
+        weight[ids] = (ordered * (weight.std() / ordered.std())).to(weight.dtype)
 
 
 class PiPolicy(Policy):
@@ -127,15 +150,19 @@ class PiPolicy(Policy):
         family = TINY_FAMILIES[backbone]
         self.checkpoint, self.slots, self.layout = None, tuple(self.cfg.cameras), "lerobot"
         self.tokenizer = word_tokenizer(0)
-        self.token_length = TINY_TOKENS
         self.dims = PiDims(
             family=family, vlm=TINY_GEMMA, expert=TINY_EXPERT, vision=TINY_SIGLIP, projection_dim=TINY_GEMMA.width,
             vocab_size=len(self.tokenizer), chunk_size=self.cfg.chunk_size,
             # the published 32, or wider where the env's state / action is (a tiny model is ours to size)
             max_state_dim=max(32, self.spec.state_dim), max_action_dim=max(32, self.action_dim),
         )  # fmt: skip
+        self.token_length = TINY_TOKENS
+        if family == "pi05":
+            self.token_length = max(TINY_TOKENS, TINY_PI05_PROMPT_TOKENS + self.dims.max_state_dim)
         self.model = build_flow_model(self.dims)
         _random_init(self.model)
+        if family == "pi05":
+            _order_number_embeddings(self.model.vlm.get_input_embeddings(), self.tokenizer)
         self.state_norm = RunningNormalizer(self.spec.state_dim)
 
     def _add_lora(self, rank: int) -> None:
@@ -185,9 +212,8 @@ class PiPolicy(Policy):
         normalized = self._normalized_state(state)
         tasks = list(obs.get("instruction") or []) or [self.spec.instruction] * batch
         if self.dims.family == "pi05":
-            prompts = [
-                pi05_prompt(t, row) for t, row in zip(tasks, normalized.detach().cpu().numpy(), strict=True)
-            ]
+            digits = normalized if self.checkpoint is not None else normalized / TINY_PI05_STATE_SIGMAS
+            prompts = [pi05_prompt(t, row) for t, row in zip(tasks, digits.detach().cpu().numpy(), strict=True)]
         else:
             prompts = [pi0_prompt(t, self.layout) for t in tasks]
         tokens, token_mask = tokenize(self.tokenizer, prompts, self.token_length)
