@@ -71,7 +71,9 @@ def _order_number_embeddings(embedding: nn.Embedding, tokenizer, frequencies: in
     random table a tiny model must learn 256 unrelated vectors per state dimension from the demos
     (measured on PickColor: 4% success after 800 SFT updates, π0 with its state token 92% after 400)."""
     ids = [tokenizer.convert_tokens_to_ids(tokenizer.tokenize(f" {number}"))[0] for number in range(256)]
-    angles = torch.arange(256, dtype=torch.float32)[:, None] / 255 * math.pi * 2.0 ** torch.arange(frequencies)
+    angles = (
+        torch.arange(256, dtype=torch.float32)[:, None] / 255 * math.pi * 2.0 ** torch.arange(frequencies)
+    )
     features = torch.cat([angles.sin(), angles.cos()], dim=1)  # [256, 2 * frequencies]
     generator = torch.Generator().manual_seed(1)
     with torch.no_grad():
@@ -213,7 +215,9 @@ class PiPolicy(Policy):
         tasks = list(obs.get("instruction") or []) or [self.spec.instruction] * batch
         if self.dims.family == "pi05":
             digits = normalized if self.checkpoint is not None else normalized / TINY_PI05_STATE_SIGMAS
-            prompts = [pi05_prompt(t, row) for t, row in zip(tasks, digits.detach().cpu().numpy(), strict=True)]
+            prompts = [
+                pi05_prompt(t, row) for t, row in zip(tasks, digits.detach().cpu().numpy(), strict=True)
+            ]
         else:
             prompts = [pi0_prompt(t, self.layout) for t in tasks]
         tokens, token_mask = tokenize(self.tokenizer, prompts, self.token_length)
