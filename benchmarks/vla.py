@@ -83,7 +83,15 @@ def evaluate(policy, venv, episodes: int) -> dict[str, float]:
 
 
 def rl(
-    name: str, policy, rl_venv, eval_venv, head: str, minutes: float, eval_episodes: int, seed: int
+    name: str,
+    policy,
+    rl_venv,
+    eval_venv,
+    head: str,
+    minutes: float,
+    eval_episodes: int,
+    seed: int,
+    critic_warmup: int = CRITIC_WARMUP,
 ) -> dict:
     """Train ``policy`` (a copy of the SFT start) with GRPO or PPO for ``minutes`` of wall time in
     ``rl_venv`` (the RL reward), then score it greedily in ``eval_venv``."""
@@ -99,7 +107,7 @@ def rl(
                 learning_rate=lr,
                 update_epochs=2,
                 num_minibatches=4,
-                critic_warmup_updates=CRITIC_WARMUP,
+                critic_warmup_updates=critic_warmup,
                 value_learning_rate=VALUE_LEARNING_RATE,
                 clip_value_loss=False,
             ),
@@ -159,6 +167,9 @@ def main() -> None:
     parser.add_argument("--eval-episodes", type=int, default=48)
     parser.add_argument("--heads", default="openvla-oft,pi0")
     parser.add_argument("--algorithms", default="grpo,ppo")
+    parser.add_argument(
+        "--critic-warmup", type=int, default=CRITIC_WARMUP, help="PPO: iterations fitting only the critic"
+    )
     parser.add_argument("--seed", type=int, default=0, help="initial weights, SFT batches and RL env seeds")
     parser.add_argument("--work", default="runs/bench_vla")
     parser.add_argument("--out", default=str(RESULTS / "vla.json"))
@@ -186,7 +197,8 @@ def main() -> None:
     results: dict = {"task": args.task, "chunk": args.chunk, "num_envs": args.num_envs, "demos": args.demos,
                      "sft_updates": args.sft_updates, "sft_lr": args.sft_lr, "state": args.state,
                      "rl_minutes": args.rl_minutes, "rl_reward": args.rl_reward,
-                     "eval_episodes": args.eval_episodes, "seed": args.seed, "heads": {}}  # fmt: skip
+                     "eval_episodes": args.eval_episodes, "critic_warmup": args.critic_warmup, "seed": args.seed,
+                     "heads": {}}  # fmt: skip
     for head in args.heads.split(","):
         torch.manual_seed(args.seed)
         np.random.seed(args.seed)
@@ -222,6 +234,7 @@ def main() -> None:
                 args.rl_minutes,
                 args.eval_episodes,
                 args.seed,
+                args.critic_warmup,
             )
             record[name]["gain_points"] = 100 * (record[name]["success"] - record["sft"]["success"])
             print(f"{head} {name}: success {record[name]['success']:.3f} (SFT {record['sft']['success']:.3f})",

@@ -159,11 +159,10 @@ class PiPolicy(Policy):
             max_state_dim=max(32, self.spec.state_dim), max_action_dim=max(32, self.action_dim),
         )  # fmt: skip
         self.token_length = TINY_TOKENS
-        if family == "pi05":
-            self.token_length = max(TINY_TOKENS, TINY_PI05_PROMPT_TOKENS + self.dims.max_state_dim)
         self.model = build_flow_model(self.dims)
         _random_init(self.model)
-        if family == "pi05":
+        if family == "pi05":  # the state is digits in the prompt: room for them, ordered embeddings
+            self.token_length = max(TINY_TOKENS, TINY_PI05_PROMPT_TOKENS + self.dims.max_state_dim)
             _order_number_embeddings(self.model.vlm.get_input_embeddings(), self.tokenizer)
         self.state_norm = RunningNormalizer(self.spec.state_dim)
 
