@@ -11,10 +11,10 @@ dense shaped reward made GRPO undo the SFT start, 0.27 -> 0.15). Success and ret
 the dense-reward env, on ``--eval-episodes`` seeds that neither the demos (10000+) nor training (0+)
 reset from.
 
-    python benchmarks/vla.py [--task rlinf/FrankaPickColor-v0] [--demos 40] [--sft-updates 1500]
+    python benchmarks/vla.py [--task rlinf/FrankaPickColor-v0] [--demos 40] [--demo-noise 0] [--sft-updates 1500]
                              [--sft-lr 1e-3] [--rl-minutes 8] [--rl-reward sparse|dense]
                              [--heads openvla-oft,pi0,pi05,openvla,smolvla] [--algorithms grpo,ppo] [--seed 0]
-                             [--state proprio|objects|privileged] [--out FILE]
+                             [--state proprio|objects|privileged] [--critic-warmup 15] [--rl-lr LR] [--out FILE]
 
 What the VLA sees besides the front camera and the instruction (``--state``):
 
@@ -94,10 +94,11 @@ def rl(
     eval_episodes: int,
     seed: int,
     critic_warmup: int = CRITIC_WARMUP,
+    learning_rate: float | None = None,
 ) -> dict:
     """Train ``policy`` (a copy of the SFT start) with GRPO or PPO for ``minutes`` of wall time in
     ``rl_venv`` (the RL reward), then score it greedily in ``eval_venv``."""
-    lr = RL_LEARNING_RATE[head]
+    lr = learning_rate or RL_LEARNING_RATE[head]
     if name == "grpo":
         algorithm = GRPO(
             policy, GRPOConfig(group_size=4, learning_rate=lr, update_epochs=2, num_minibatches=4)
@@ -159,6 +160,12 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--task", default="rlinf/FrankaPickColor-v0")
     parser.add_argument("--demos", type=int, default=40)
+    parser.add_argument(
+        "--demo-noise",
+        type=float,
+        default=0.0,
+        help="DART: the env carries out the expert's action plus this noise",
+    )
     parser.add_argument("--sft-updates", type=int, default=1500)
     parser.add_argument("--sft-lr", type=float, default=1e-3)
     parser.add_argument("--state", choices=sorted(STATES), default="proprio")
@@ -171,6 +178,9 @@ def main() -> None:
     parser.add_argument("--algorithms", default="grpo,ppo")
     parser.add_argument(
         "--critic-warmup", type=int, default=CRITIC_WARMUP, help="PPO: iterations fitting only the critic"
+    )
+    parser.add_argument(
+        "--rl-lr", type=float, default=None, help="RL's step size (default: the family's RL_LEARNING_RATE)"
     )
     parser.add_argument(
         "--seed",
@@ -194,14 +204,18 @@ def main() -> None:
 
     env_extra = STATES[args.state]
     env_kwargs = {**ENV, **env_extra}
-    demos = Path(args.work) / f"demos_{args.state}_{args.demos}"
+    noise = f"_dart{args.demo_noise:g}" if args.demo_noise > 0 else ""
+    demos = Path(args.work) / f"demos_{args.state}_{args.demos}{noise}"
     if not (demos / "meta" / "info.json").is_file():
-        record_expert_demos(DemoConfig(args.task, args.demos, str(demos), env_kwargs=env_kwargs))
+        record_expert_demos(
+            DemoConfig(args.task, args.demos, str(demos), env_kwargs=env_kwargs, action_noise=args.demo_noise)
+        )
     venv = sim_envs.make_vector(args.task, args.num_envs, backend="inline", **env_kwargs)
     rl_venv = sim_envs.make_vector(
         args.task, args.num_envs, backend="inline", **env_kwargs, reward_type=args.rl_reward
     )
     results: dict = {"task": args.task, "chunk": args.chunk, "num_envs": args.num_envs, "demos": args.demos,
+                     "demo_noise": args.demo_noise,
                      "sft_updates": args.sft_updates, "sft_lr": args.sft_lr, "state": args.state,
                      "rl_minutes": args.rl_minutes, "rl_reward": args.rl_reward,
                      "eval_episodes": args.eval_episodes, "critic_warmup": args.critic_warmup, "seed": args.seed,
@@ -242,7 +256,9 @@ def main() -> None:
                 args.eval_episodes,
                 args.seed,
                 args.critic_warmup,
+                args.rl_lr,
             )
+            record[name]["learning_rate"] = args.rl_lr or RL_LEARNING_RATE[head]
             record[name]["gain_points"] = 100 * (record[name]["success"] - record["sft"]["success"])
             print(f"{head} {name}: success {record[name]['success']:.3f} (SFT {record['sft']['success']:.3f})",
                   flush=True)  # fmt: skip
