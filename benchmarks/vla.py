@@ -132,6 +132,7 @@ def rl(
         "env_steps": steps,
         "collect_s_median": float(np.median(collect_s)),
         "update_s_median": float(np.median(update_s)),
+        "learning_rate": lr,
         "curve": curve,
         **evaluate(policy, eval_venv, eval_episodes),
     }
@@ -147,6 +148,35 @@ def rollout_throughput(policy, venv, decisions: int = 20) -> dict[str, float]:
         obs = result.obs
     elapsed = time.perf_counter() - tick
     return {"env_steps_per_s": steps / elapsed, "chunks_per_s": decisions * venv.num_envs / elapsed}
+
+
+def demo_dataset(work: str, task: str, state: str, demos: int, noise: float, env_kwargs: dict) -> Path:
+    """The scripted demos' LeRobot dataset under ``work`` (recorded on first use; DART ``noise``)."""
+    suffix = f"_dart{noise:g}" if noise > 0 else ""
+    path = Path(work) / f"demos_{state}_{demos}{suffix}"
+    if not (path / "meta" / "info.json").is_file():
+        record_expert_demos(DemoConfig(task, demos, str(path), env_kwargs=env_kwargs, action_noise=noise))
+    return path
+
+
+def sft(head: str, spec, demos: Path, updates: int, learning_rate: float, chunk: int, seed: int):
+    """A fresh tiny ``head`` cloned on ``demos`` for ``updates`` steps (batch 64, normalizers frozen after,
+    as ``policy.init_from`` does for an RL run started from SFT): (policy, its regression on the
+    demos' frames, loss per 100 updates, seconds)."""
+    torch.manual_seed(seed)
+    np.random.seed(seed)
+    cfg = PolicyConfig(
+        kind="vla", cameras=["front"], chunk_size=FIXED_CHUNK.get(head, chunk), vla=HEADS[head]
+    )
+    policy = make_policy(spec, cfg)
+    regression = BC(
+        policy, BCConfig(str(demos), learning_rate=learning_rate, batch_size=64, image_shift=0)
+    ).regression
+    tick = time.perf_counter()
+    losses = [regression.fit(min(100, updates - done)) for done in range(0, updates, 100)]
+    seconds = time.perf_counter() - tick
+    policy.freeze_normalizers()
+    return policy, regression, losses, seconds
 
 
 STATES = {
@@ -204,12 +234,7 @@ def main() -> None:
 
     env_extra = STATES[args.state]
     env_kwargs = {**ENV, **env_extra}
-    noise = f"_dart{args.demo_noise:g}" if args.demo_noise > 0 else ""
-    demos = Path(args.work) / f"demos_{args.state}_{args.demos}{noise}"
-    if not (demos / "meta" / "info.json").is_file():
-        record_expert_demos(
-            DemoConfig(args.task, args.demos, str(demos), env_kwargs=env_kwargs, action_noise=args.demo_noise)
-        )
+    demos = demo_dataset(args.work, args.task, args.state, args.demos, args.demo_noise, env_kwargs)
     venv = sim_envs.make_vector(args.task, args.num_envs, backend="inline", **env_kwargs)
     rl_venv = sim_envs.make_vector(
         args.task, args.num_envs, backend="inline", **env_kwargs, reward_type=args.rl_reward
@@ -221,19 +246,9 @@ def main() -> None:
                      "eval_episodes": args.eval_episodes, "critic_warmup": args.critic_warmup, "seed": args.seed,
                      "heads": {}}  # fmt: skip
     for head in args.heads.split(","):
-        torch.manual_seed(args.seed)
-        np.random.seed(args.seed)
-        vla = HEADS[head]
-        chunk = FIXED_CHUNK.get(head, args.chunk)
-        cfg = PolicyConfig(kind="vla", cameras=["front"], chunk_size=chunk, vla=vla)
-        policy = make_policy(venv.spec, cfg)
-        sft = BC(policy, BCConfig(str(demos), learning_rate=args.sft_lr, batch_size=64, image_shift=0))
-        tick = time.perf_counter()
-        losses = [
-            sft.regression.fit(min(100, args.sft_updates - done)) for done in range(0, args.sft_updates, 100)
-        ]
-        sft_s = time.perf_counter() - tick
-        policy.freeze_normalizers()  # as policy.init_from does for an RL run started from SFT
+        policy, _, losses, sft_s = sft(
+            head, venv.spec, demos, args.sft_updates, args.sft_lr, args.chunk, args.seed
+        )
         record = {
             "parameters": sum(p.numel() for p in policy.parameters()),
             "sft": {
@@ -258,7 +273,6 @@ def main() -> None:
                 args.critic_warmup,
                 args.rl_lr,
             )
-            record[name]["learning_rate"] = args.rl_lr or RL_LEARNING_RATE[head]
             record[name]["gain_points"] = 100 * (record[name]["success"] - record["sft"]["success"])
             print(f"{head} {name}: success {record[name]['success']:.3f} (SFT {record['sft']['success']:.3f})",
                   flush=True)  # fmt: skip

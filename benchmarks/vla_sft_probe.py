@@ -20,7 +20,6 @@ import argparse
 import json
 import platform
 import sys
-import time
 from pathlib import Path
 
 import numpy as np
@@ -28,13 +27,11 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from vla import ENV, FIXED_CHUNK, HEADS, RESULTS, evaluate
+from vla import ENV, HEADS, RESULTS, demo_dataset, evaluate, sft
 
 import sim_envs
-from policies import PolicyConfig, make_policy
 from sim_envs.scripted import expert_for
-from trainer.algorithms.bc import BC, BCConfig
-from trainer.expert_demos import DEMO_SEED, DemoConfig, record_expert_demos
+from trainer.expert_demos import DEMO_SEED
 
 TASK = "rlinf/FrankaPickColor-v0"
 ENV_KWARGS = {**ENV, "privileged_state": True}
@@ -73,15 +70,7 @@ def start_mse(policy, episodes: int) -> list[float]:
 
 
 def probe(head: str, demos: Path, updates: int, venv, eval_episodes: int) -> dict:
-    torch.manual_seed(0)
-    np.random.seed(0)
-    cfg = PolicyConfig(kind="vla", cameras=["front"], chunk_size=FIXED_CHUNK.get(head, 4), vla=HEADS[head])
-    policy = make_policy(venv.spec, cfg)
-    regression = BC(policy, BCConfig(str(demos), batch_size=64, image_shift=0)).regression
-    tick = time.perf_counter()
-    losses = [regression.fit(100) for _ in range(updates // 100)]
-    sft_s = time.perf_counter() - tick
-    policy.freeze_normalizers()
+    policy, regression, losses, sft_s = sft(head, venv.spec, demos, updates, 1e-3, chunk=4, seed=0)
     policy.eval()
     return {
         "sft_loss": losses[-1],
@@ -112,9 +101,7 @@ def main() -> None:
     results = {"task": TASK, "state": "privileged", "frames": FRAMES, "starts": STARTS,
                "eval_episodes": args.eval_episodes, "action_dims": ["x", "y", "z", "gripper"], "runs": {}}  # fmt: skip
     for head, demos, updates in runs:
-        path = Path(args.work) / f"demos_privileged_{demos}"  # the dataset benchmarks/vla.py records
-        if not (path / "meta" / "info.json").is_file():
-            record_expert_demos(DemoConfig(TASK, demos, str(path), env_kwargs=ENV_KWARGS))
+        path = demo_dataset(args.work, TASK, "privileged", demos, 0.0, ENV_KWARGS)
         record = probe(head, path, updates, venv, args.eval_episodes)
         results["runs"][f"{head}:{demos}:{updates}"] = record
         print(
