@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import argparse
 import copy
+import dataclasses
 import json
 import os
 import platform
@@ -125,7 +126,8 @@ def rl(
         steps += result.env_steps
         iteration += 1
         curve.append({"iteration": iteration, "env_steps": steps,
-                      "sample_success": float(np.mean([e.success for e in result.finished] or [0.0]))})  # fmt: skip
+                      "sample_success": float(np.mean([e.success for e in result.finished] or [0.0])),
+                      **{k: result.metrics[k] for k in ("approx_kl", "clip_frac") if k in result.metrics}})  # fmt: skip
         print(f"  {head} {name} it {iteration}: {curve[-1]} {time.perf_counter() - tick:.1f}s", flush=True)
     return {
         "iterations": iteration,
@@ -159,23 +161,54 @@ def demo_dataset(work: str, task: str, state: str, demos: int, noise: float, env
     return path
 
 
-def sft(head: str, spec, demos: Path, updates: int, learning_rate: float, chunk: int, seed: int):
+def sft(
+    head: str,
+    spec,
+    demos: Path,
+    updates: int,
+    learning_rate: float,
+    chunk: int,
+    seed: int,
+    sampling: dict | None = None,
+    cache: Path | None = None,
+):
     """A fresh tiny ``head`` cloned on ``demos`` for ``updates`` steps (batch 64, normalizers frozen after,
     as ``policy.init_from`` does for an RL run started from SFT): (policy, its regression on the
-    demos' frames, loss per 100 updates, seconds)."""
+    demos' frames, loss per 100 updates, seconds). ``sampling``: VLAConfig fields of how RL samples
+    (no part of SFT). ``cache``: a folder where the SFT weights and losses are kept and, when there,
+    read instead of training again (the same start for runs that differ only in RL)."""
     torch.manual_seed(seed)
     np.random.seed(seed)
     cfg = PolicyConfig(
-        kind="vla", cameras=["front"], chunk_size=FIXED_CHUNK.get(head, chunk), vla=HEADS[head]
+        kind="vla",
+        cameras=["front"],
+        chunk_size=FIXED_CHUNK.get(head, chunk),
+        vla=dataclasses.replace(HEADS[head], **(sampling or {})),
     )
     policy = make_policy(spec, cfg)
     regression = BC(
         policy, BCConfig(str(demos), learning_rate=learning_rate, batch_size=64, image_shift=0)
     ).regression
+    if cache is not None and (cache / "sft.json").is_file():
+        from safetensors.torch import load_file
+
+        policy.load_weights(load_file(str(cache / "model.safetensors")))
+        policy.freeze_normalizers()
+        saved = json.loads((cache / "sft.json").read_text())
+        return policy, regression, saved["losses"], saved["seconds"]
     tick = time.perf_counter()
     losses = [regression.fit(min(100, updates - done)) for done in range(0, updates, 100)]
     seconds = time.perf_counter() - tick
     policy.freeze_normalizers()
+    if cache is not None:
+        from safetensors.torch import save_file
+
+        cache.mkdir(parents=True, exist_ok=True)
+        save_file(
+            {k: v.detach().contiguous() for k, v in policy.state_dict().items()},
+            str(cache / "model.safetensors"),
+        )
+        (cache / "sft.json").write_text(json.dumps({"losses": losses, "seconds": seconds}))
     return policy, regression, losses, seconds
 
 
@@ -218,6 +251,12 @@ def main() -> None:
         default=0,
         help="SFT batches, RL env seeds and the value head's init (tiny π backbones start from one fixed init)",
     )
+    parser.add_argument(
+        "--temperature", type=float, default=1.0, help="OpenVLA / OFT: RL samples softmax(logits / T)"
+    )
+    parser.add_argument(
+        "--noise-level", type=float, default=None, help="flow families: the Flow-SDE noise level of RL"
+    )
     parser.add_argument("--work", default="runs/bench_vla")
     parser.add_argument("--out", default=str(RESULTS / "vla.json"))
     args = parser.parse_args()
@@ -244,10 +283,19 @@ def main() -> None:
                      "sft_updates": args.sft_updates, "sft_lr": args.sft_lr, "state": args.state,
                      "rl_minutes": args.rl_minutes, "rl_reward": args.rl_reward,
                      "eval_episodes": args.eval_episodes, "critic_warmup": args.critic_warmup, "seed": args.seed,
+                     "temperature": args.temperature, "noise_level": args.noise_level,
                      "heads": {}}  # fmt: skip
     for head in args.heads.split(","):
+        flow = HEADS[head].backbone in ("tiny:pi0", "tiny:pi05", "tiny:smolvla")
+        sampling = {"flow_noise_level": args.noise_level} if flow and args.noise_level is not None else {}
+        if not flow:
+            sampling["sampling_temperature"] = args.temperature
+        # the SFT start depends on nothing RL changes: kept in --work for the next run to reuse
+        cache = (
+            Path(args.work) / f"sft_{head}_{demos.name}_{args.sft_updates}x{args.sft_lr:g}_seed{args.seed}"
+        )
         policy, _, losses, sft_s = sft(
-            head, venv.spec, demos, args.sft_updates, args.sft_lr, args.chunk, args.seed
+            head, venv.spec, demos, args.sft_updates, args.sft_lr, args.chunk, args.seed, sampling, cache
         )
         record = {
             "parameters": sum(p.numel() for p in policy.parameters()),

@@ -30,6 +30,7 @@ class VLAConfig:
     dtype: str = "float32"  # "float32" or "bfloat16" (the model's weights; the value head stays float32)
     flow_steps: int = 5  # π0 / π0.5 / SmolVLA: denoising steps per chunk (upstream samples with 10)
     flow_noise_level: float = 0.5  # flow: the SDE's noise scale ``a`` (sigma_t = a sqrt(t / (1 - t)))
+    sampling_temperature: float = 1.0  # OpenVLA / OFT: RL samples softmax(logits / T)
     dims: str = ""  # sizes where the checkpoint's config names variants its weights do not have
     tokenizer: str = ""  # the tokenizer's folder, where the checkpoint has none (openpi's never does)
     asset_id: str = ""  # openpi: which assets/<asset_id>/norm_stats.json
@@ -46,6 +47,8 @@ class VLAConfig:
             raise ValueError(f"policy.vla.dtype must be 'float32' or 'bfloat16', got {self.dtype!r}")
         if self.flow_steps < 1:
             raise ValueError(f"policy.vla.flow_steps must be >= 1, got {self.flow_steps}")
+        if not self.sampling_temperature > 0:
+            raise ValueError(f"policy.vla.sampling_temperature must be > 0, got {self.sampling_temperature}")
         if self.lora_rank < 0:
             raise ValueError(f"policy.vla.lora_rank must be >= 0, got {self.lora_rank}")
 

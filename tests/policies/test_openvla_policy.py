@@ -67,6 +67,42 @@ def test_act_gives_action_tokens_in_bounds_and_evaluate_reproduces_their_log_pro
 
 
 @pytest.mark.parametrize("family", FAMILIES)
+def test_a_sampling_temperature_sharpens_rollouts_and_the_log_probs_are_of_it(env, family):
+    cold, warm = tiny(env, {"sampling_temperature": 0.25}, family=family), tiny(env, family=family)
+    obs = observations(env)
+    greedy = cold.act(obs, "greedy").samples
+    assert torch.equal(greedy, warm.act(obs, "greedy").samples)  # same weights, same greedy tokens
+    out = cold.act(obs)
+    cold_eval, warm_eval = cold.evaluate(obs, out.samples), warm.evaluate(obs, out.samples)
+    torch.testing.assert_close(cold_eval.log_prob, out.log_prob, atol=1e-5, rtol=1e-6)
+    assert torch.all(cold_eval.entropy < warm_eval.entropy)
+    assert torch.all(cold.evaluate(obs, greedy).log_prob > warm.evaluate(obs, greedy).log_prob)
+    # near freezing, the rollout's tokens are the greedy ones (this random model's logits are nearly flat)
+    frozen = tiny(env, {"sampling_temperature": 1e-4}, family=family)
+    torch.manual_seed(1)
+    agreement = {
+        name: (policy.act(obs).samples == greedy).float().mean().item()
+        for name, policy in (("frozen", frozen), ("warm", warm))
+    }
+    assert agreement["frozen"] > 0.9 > 0.1 > agreement["warm"], agreement
+    # SFT's cross-entropy stays upstream's (temperature 1), whatever RL samples with
+    targets = torch.zeros(4, CHUNK[family], env.env_spec.action.dim)
+    valid = torch.ones(4, CHUNK[family])
+    torch.testing.assert_close(
+        cold.imitation_loss(obs, targets, valid), warm.imitation_loss(obs, targets, valid)
+    )
+
+
+def test_a_temperature_is_positive_and_only_for_the_token_families(env):
+    with pytest.raises(ValueError, match=r"sampling_temperature must be > 0, got 0\.0"):
+        VLAConfig(sampling_temperature=0.0)
+    cfg = PolicyConfig(kind="vla", cameras=["front"], chunk_size=4,
+                       vla=VLAConfig(backbone="tiny:pi0", sampling_temperature=0.5))  # fmt: skip
+    with pytest.raises(ValueError, match=r"flow family's exploration is policy\.vla\.flow_noise_level"):
+        make_policy(env.env_spec, cfg)
+
+
+@pytest.mark.parametrize("family", FAMILIES)
 def test_a_grpo_step_moves_log_probs_in_the_sign_of_the_advantages(env, family):
     policy = tiny(env, value_head=False, family=family)
     obs = observations(env)

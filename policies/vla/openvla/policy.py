@@ -230,19 +230,20 @@ class OpenVLAPolicy(Policy):
         )
         return prompt, prompt.embeds.shape[1]
 
-    def _parallel(self, obs: dict[str, Any]) -> tuple[Categorical, torch.Tensor]:
+    def _parallel(self, obs: dict[str, Any], temperature: float) -> tuple[Categorical, torch.Tensor]:
         """OFT: the action distributions of every token of the chunk, and the last prompt state."""
         prompt, _ = self._prompt(obs)
         logits, _, prompt_state = parallel_pass(self.model, prompt, self.chunk_size * self.action_dim)
-        return Categorical(logits=self._action_logits(logits)), prompt_state
+        return Categorical(logits=self._action_logits(logits, temperature)), prompt_state
 
     def update_normalizers(self, obs: dict[str, Any]) -> None:
         if self.proprio is not None and self.proprio_stats is None and self.cfg.normalize_state:
             self.state_norm.update(to_tensors(obs, self.device)["state"])
 
-    def _action_logits(self, logits: torch.Tensor) -> torch.Tensor:
-        """Logits over the action ids only: [..., n_action_bins] (bin k is id ``action_ids[k]``)."""
-        return logits.float().index_select(-1, self.action_ids)
+    def _action_logits(self, logits: torch.Tensor, temperature: float = 1.0) -> torch.Tensor:
+        """Logits over the action ids only, divided by ``temperature``: [..., n_action_bins] (bin k is
+        id ``action_ids[k]``)."""
+        return logits.float().index_select(-1, self.action_ids) / temperature
 
     def _value(self, prompt_state: torch.Tensor) -> torch.Tensor | None:
         if self.value_head is None:
@@ -271,16 +272,16 @@ class OpenVLAPolicy(Policy):
     def act(self, obs: dict[str, Any], mode: str = "sample") -> PolicyOutput:
         if mode not in ("sample", "greedy"):
             raise ValueError(f"mode must be 'sample' or 'greedy', got {mode!r}")
-        ids = self.action_ids
+        ids, temperature = self.action_ids, self.cfg.vla.sampling_temperature
         if self.parallel:
-            dist, prompt_state = self._parallel(obs)
+            dist, prompt_state = self._parallel(obs, temperature)
             bins = dist.probs.argmax(-1) if mode == "greedy" else dist.sample()
             log_prob, tokens = dist.log_prob(bins).sum(-1), ids[bins]
         else:
             prompt, _ = self._prompt(obs)
 
             def choose(logits: torch.Tensor) -> torch.Tensor:
-                action_logits = self._action_logits(logits)
+                action_logits = self._action_logits(logits, temperature)
                 chosen = (
                     action_logits.argmax(-1)
                     if mode == "greedy"
@@ -289,11 +290,15 @@ class OpenVLAPolicy(Policy):
                 return ids[chosen]
 
             tokens, logits, prompt_state = generate(self.model, prompt, self.action_dim, choose)
-            log_prob = Categorical(logits=self._action_logits(logits)).log_prob(tokens - ids[0]).sum(-1)
+            log_prob = (
+                Categorical(logits=self._action_logits(logits, temperature)).log_prob(tokens - ids[0]).sum(-1)
+            )
         samples = tokens.reshape(-1, self.chunk_size, self.action_dim).float()
         return PolicyOutput(self.env_actions(samples), samples, log_prob, self._value(prompt_state))
 
-    def _teacher_forced(self, obs: dict[str, Any], tokens: torch.Tensor) -> tuple[Categorical, torch.Tensor]:
+    def _teacher_forced(
+        self, obs: dict[str, Any], tokens: torch.Tensor, temperature: float
+    ) -> tuple[Categorical, torch.Tensor]:
         """One pass over the prompt and ``tokens`` [B, A] but the last: the action distributions at the
         A positions that chose them, and the last prompt position's hidden state."""
         prompt, length = self._prompt(obs)
@@ -303,14 +308,18 @@ class OpenVLAPolicy(Policy):
         positions = torch.cat([prompt.positions, prompt.positions[:, -1:] + ones.cumsum(1)], dim=1)
         embeds = torch.cat([prompt.embeds, follow.to(prompt.embeds.dtype)], dim=1)
         logits, _, hidden = self.model.run(embeds, mask, positions, hidden=True, keep=tokens.shape[1])
-        return Categorical(logits=self._action_logits(logits)), hidden[:, length - 1]
+        return Categorical(logits=self._action_logits(logits, temperature)), hidden[:, length - 1]
 
-    def _distribution(self, obs: dict[str, Any], tokens: torch.Tensor) -> tuple[Categorical, torch.Tensor]:
-        return self._parallel(obs) if self.parallel else self._teacher_forced(obs, tokens)
+    def _distribution(
+        self, obs: dict[str, Any], tokens: torch.Tensor, temperature: float = 1.0
+    ) -> tuple[Categorical, torch.Tensor]:
+        if self.parallel:
+            return self._parallel(obs, temperature)
+        return self._teacher_forced(obs, tokens, temperature)
 
     def evaluate(self, obs: dict[str, Any], samples: torch.Tensor) -> PolicyEvaluation:
         tokens = samples.to(self.device).long().flatten(1)
-        dist, prompt_state = self._distribution(obs, tokens)
+        dist, prompt_state = self._distribution(obs, tokens, self.cfg.vla.sampling_temperature)
         bins = tokens - self.action_ids[0]
         return PolicyEvaluation(
             dist.log_prob(bins).sum(-1), dist.entropy().sum(-1), self._value(prompt_state)
@@ -320,7 +329,7 @@ class OpenVLAPolicy(Policy):
         if self.value_head is None:
             raise ValueError("this policy has no value head (policy.value_head=false)")
         if self.parallel:
-            return self._value(self._parallel(obs)[1])
+            return self._value(self._parallel(obs, 1.0)[1])
         prompt, _ = self._prompt(obs)
         _, _, hidden = self.model.run(prompt.embeds, prompt.mask, prompt.positions, hidden=True)
         return self._value(hidden[:, -1])

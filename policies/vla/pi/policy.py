@@ -89,6 +89,11 @@ class PiPolicy(Policy):
         self.spec, self.cfg, vla = spec, cfg, cfg.vla
         self.chunk_size, self.action_dim = cfg.chunk_size, spec.action.dim
         check_cameras(cfg.cameras, spec)
+        if vla.sampling_temperature != 1.0:
+            raise ValueError(
+                "policy.vla.sampling_temperature is for the token families (OpenVLA, OFT); "
+                "a flow family's exploration is policy.vla.flow_noise_level"
+            )
         if vla.checkpoint:
             self._init_checkpoint(Path(vla.checkpoint), weights=saved is None)
         else:
