@@ -252,7 +252,10 @@ def main() -> None:
         help="SFT batches, RL env seeds and the value head's init (tiny π backbones start from one fixed init)",
     )
     parser.add_argument(
-        "--temperature", type=float, default=1.0, help="OpenVLA / OFT: RL samples softmax(logits / T)"
+        "--temperature",
+        type=float,
+        default=1.0,
+        help="RL's rollouts: softmax(logits / T) (tokens), chains from N(0, T^2 I) (flow)",
     )
     parser.add_argument(
         "--noise-level", type=float, default=None, help="flow families: the Flow-SDE noise level of RL"
@@ -287,9 +290,9 @@ def main() -> None:
                      "heads": {}}  # fmt: skip
     for head in args.heads.split(","):
         flow = HEADS[head].backbone in ("tiny:pi0", "tiny:pi05", "tiny:smolvla")
-        sampling = {"flow_noise_level": args.noise_level} if flow and args.noise_level is not None else {}
-        if not flow:
-            sampling["sampling_temperature"] = args.temperature
+        sampling = {"sampling_temperature": args.temperature}
+        if flow and args.noise_level is not None:
+            sampling["flow_noise_level"] = args.noise_level
         # the SFT start depends on nothing RL changes: kept in --work for the next run to reuse
         cache = (
             Path(args.work) / f"sft_{head}_{demos.name}_{args.sft_updates}x{args.sft_lr:g}_seed{args.seed}"

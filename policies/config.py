@@ -30,7 +30,7 @@ class VLAConfig:
     dtype: str = "float32"  # "float32" or "bfloat16" (the model's weights; the value head stays float32)
     flow_steps: int = 5  # π0 / π0.5 / SmolVLA: denoising steps per chunk (upstream samples with 10)
     flow_noise_level: float = 0.5  # flow: the SDE's noise scale ``a`` (sigma_t = a sqrt(t / (1 - t)))
-    sampling_temperature: float = 1.0  # OpenVLA / OFT: RL samples softmax(logits / T)
+    sampling_temperature: float = 1.0  # rollouts: softmax(logits / T) (tokens), chains from N(0, T²I) (flow)
     dims: str = ""  # sizes where the checkpoint's config names variants its weights do not have
     tokenizer: str = ""  # the tokenizer's folder, where the checkpoint has none (openpi's never does)
     asset_id: str = ""  # openpi: which assets/<asset_id>/norm_stats.json

@@ -63,6 +63,25 @@ def test_act_gives_chunks_in_bounds_and_evaluate_reproduces_their_log_prob(env, 
 
 
 @pytest.mark.parametrize("family", FAMILIES)
+def test_a_sampling_temperature_scales_the_chains_starting_noise(env, family):
+    cold, warm = tiny(env, family, vla={"sampling_temperature": 0.25}), tiny(env, family)
+    obs = observations(env)
+    torch.manual_seed(3)
+    cold_out = cold.act(obs)
+    torch.manual_seed(3)
+    warm_out = warm.act(obs)
+    torch.testing.assert_close(cold_out.samples[:, 0], 0.25 * warm_out.samples[:, 0])  # x0 ~ N(0, T^2 I)
+    torch.testing.assert_close(
+        cold.evaluate(obs, cold_out.samples).log_prob, cold_out.log_prob, atol=1e-5, rtol=1e-6
+    )
+    torch.testing.assert_close(cold.act(obs, "greedy").actions, warm.act(obs, "greedy").actions)
+    # near freezing and without the SDE's noise, a rollout is the greedy chunk
+    frozen = tiny(env, family, vla={"sampling_temperature": 1e-7, "flow_noise_level": 0.0})
+    torch.testing.assert_close(frozen.act(obs).actions, frozen.act(obs, "greedy").actions, atol=1e-4, rtol=0)
+    assert not torch.allclose(warm.act(obs).actions, warm.act(obs, "greedy").actions, atol=1e-3, rtol=0)
+
+
+@pytest.mark.parametrize("family", FAMILIES)
 def test_a_grpo_step_moves_log_probs_in_the_sign_of_the_advantages(env, family):
     policy = tiny(env, family, value_head=False)
     obs = observations(env)

@@ -89,11 +89,6 @@ class PiPolicy(Policy):
         self.spec, self.cfg, vla = spec, cfg, cfg.vla
         self.chunk_size, self.action_dim = cfg.chunk_size, spec.action.dim
         check_cameras(cfg.cameras, spec)
-        if vla.sampling_temperature != 1.0:
-            raise ValueError(
-                "policy.vla.sampling_temperature is for the token families (OpenVLA, OFT); "
-                "a flow family's exploration is policy.vla.flow_noise_level"
-            )
         if vla.checkpoint:
             self._init_checkpoint(Path(vla.checkpoint), weights=saved is None)
         else:
@@ -268,7 +263,14 @@ class PiPolicy(Policy):
         prefix, state = self._prefix(obs)
         batch, greedy = state.shape[0], mode == "greedy"
         shape = (batch, self.chunk_size, self.dims.max_action_dim)
-        x = torch.zeros(shape, device=self.device) if greedy else torch.randn(shape, device=self.device)
+        # greedy starts the chain at the noise's mean; a rollout from N(0, T^2 I) (a flow's temperature, as
+        # Glow's): x0 is not in the chunk's log-prob, so T < 1 leaves more of the exploration to the SDE's steps
+        temperature = self.cfg.vla.sampling_temperature
+        x = (
+            torch.zeros(shape, device=self.device)
+            if greedy
+            else temperature * torch.randn(shape, device=self.device)
+        )
         chain, log_prob = [x], torch.zeros(batch, device=self.device)
         for t in self.schedule.times():
             mean, std = self.schedule.step(x, self._velocity(prefix, state, x, t), t, stochastic=not greedy)
