@@ -14,7 +14,11 @@ reset from.
     python benchmarks/vla.py [--task rlinf/FrankaPickColor-v0] [--demos 40] [--demo-noise 0] [--sft-updates 1500]
                              [--sft-lr 1e-3] [--rl-minutes 8] [--rl-reward sparse|dense]
                              [--heads openvla-oft,pi0,pi05,openvla,smolvla] [--algorithms grpo,ppo] [--seed 0]
-                             [--state proprio|objects|privileged] [--critic-warmup 15] [--rl-lr LR] [--out FILE]
+                             [--state proprio|objects|privileged] [--critic-warmup 15] [--rl-lr LR]
+                             [--temperature 1] [--noise-level A] [--work runs/bench_vla] [--out FILE]
+
+The SFT start is kept in ``--work`` (``sft_<head>_<demos>_<updates>x<lr>_seed<N>``) and reused by
+runs that differ only in RL (``--temperature``, ``--noise-level``, ``--rl-lr``, ``--algorithms``).
 
 What the VLA sees besides the front camera and the instruction (``--state``):
 
