@@ -17,7 +17,7 @@ reset from.
                              [--state proprio|objects|privileged] [--critic-warmup 15] [--rl-lr LR]
                              [--temperature 1] [--noise-level A] [--work runs/bench_vla] [--out FILE]
 
-The SFT start is kept in ``--work`` (``sft_<head>_<demos>_<updates>x<lr>_seed<N>``) and reused by
+The SFT start is kept in ``--work`` (``sft_<head>_<demos>_c<chunk>_<updates>x<lr>_seed<N>``) and reused by
 runs that differ only in RL (``--temperature``, ``--noise-level``, ``--rl-lr``, ``--algorithms``).
 
 What the VLA sees besides the front camera and the instruction (``--state``):
@@ -159,7 +159,7 @@ def rollout_throughput(policy, venv, decisions: int = 20) -> dict[str, float]:
 def demo_dataset(work: str, task: str, state: str, demos: int, noise: float, env_kwargs: dict) -> Path:
     """The scripted demos' LeRobot dataset under ``work`` (recorded on first use; DART ``noise``)."""
     suffix = f"_dart{noise:g}" if noise > 0 else ""
-    path = Path(work) / f"demos_{state}_{demos}{suffix}"
+    path = Path(work) / f"demos_{task.split('/')[-1]}_{state}_{demos}{suffix}"
     if not (path / "meta" / "info.json").is_file():
         record_expert_demos(DemoConfig(task, demos, str(path), env_kwargs=env_kwargs, action_noise=noise))
     return path
@@ -298,8 +298,10 @@ def main() -> None:
         if flow and args.noise_level is not None:
             sampling["flow_noise_level"] = args.noise_level
         # the SFT start depends on nothing RL changes: kept in --work for the next run to reuse
+        chunk = FIXED_CHUNK.get(head, args.chunk)
         cache = (
-            Path(args.work) / f"sft_{head}_{demos.name}_{args.sft_updates}x{args.sft_lr:g}_seed{args.seed}"
+            Path(args.work)
+            / f"sft_{head}_{demos.name}_c{chunk}_{args.sft_updates}x{args.sft_lr:g}_seed{args.seed}"
         )
         policy, _, losses, sft_s = sft(
             head, venv.spec, demos, args.sft_updates, args.sft_lr, args.chunk, args.seed, sampling, cache
