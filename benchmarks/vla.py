@@ -180,7 +180,8 @@ def sft(
     as ``policy.init_from`` does for an RL run started from SFT): (policy, its regression on the
     demos' frames, loss per 100 updates, seconds). ``sampling``: VLAConfig fields of how RL samples
     (no part of SFT). ``cache``: a folder where the SFT weights and losses are kept and, when there,
-    read instead of training again (the same start for runs that differ only in RL)."""
+    read instead of training again (the same start for runs that differ only in RL; the demos are
+    then not loaded, and the regression is None)."""
     torch.manual_seed(seed)
     np.random.seed(seed)
     cfg = PolicyConfig(
@@ -190,16 +191,16 @@ def sft(
         vla=dataclasses.replace(HEADS[head], **(sampling or {})),
     )
     policy = make_policy(spec, cfg)
-    regression = BC(
-        policy, BCConfig(str(demos), learning_rate=learning_rate, batch_size=64, image_shift=0)
-    ).regression
     if cache is not None and (cache / "sft.json").is_file():
         from safetensors.torch import load_file
 
         policy.load_weights(load_file(str(cache / "model.safetensors")))
         policy.freeze_normalizers()
         saved = json.loads((cache / "sft.json").read_text())
-        return policy, regression, saved["losses"], saved["seconds"]
+        return policy, None, saved["losses"], saved["seconds"]
+    regression = BC(
+        policy, BCConfig(str(demos), learning_rate=learning_rate, batch_size=64, image_shift=0)
+    ).regression
     tick = time.perf_counter()
     losses = [regression.fit(min(100, updates - done)) for done in range(0, updates, 100)]
     seconds = time.perf_counter() - tick
@@ -293,9 +294,8 @@ def main() -> None:
                      "temperature": args.temperature, "noise_level": args.noise_level,
                      "heads": {}}  # fmt: skip
     for head in args.heads.split(","):
-        flow = HEADS[head].backbone in ("tiny:pi0", "tiny:pi05", "tiny:smolvla")
         sampling = {"sampling_temperature": args.temperature}
-        if flow and args.noise_level is not None:
+        if args.noise_level is not None:  # read by the flow families only
             sampling["flow_noise_level"] = args.noise_level
         # the SFT start depends on nothing RL changes: kept in --work for the next run to reuse
         chunk = FIXED_CHUNK.get(head, args.chunk)
