@@ -15,10 +15,12 @@ reset from.
                              [--sft-lr 1e-3] [--rl-minutes 8] [--rl-reward sparse|dense]
                              [--heads openvla-oft,pi0,pi05,openvla,smolvla] [--algorithms grpo,ppo] [--seed 0]
                              [--state proprio|objects|privileged] [--critic-warmup 15] [--rl-lr LR]
-                             [--temperature 1] [--noise-level A] [--work runs/bench_vla] [--out FILE]
+                             [--temperature 1] [--noise-level A] [--ratio-level chunk|token] [--clip-high 0]
+                             [--work runs/bench_vla] [--out FILE]
 
 The SFT start is kept in ``--work`` (``sft_<head>_<demos>_c<chunk>_<updates>x<lr>_seed<N>``) and reused by
-runs that differ only in RL (``--temperature``, ``--noise-level``, ``--rl-lr``, ``--algorithms``).
+runs that differ only in RL (``--temperature``, ``--noise-level``, ``--rl-lr``, ``--ratio-level``,
+``--clip-high``, ``--algorithms``).
 
 What the VLA sees besides the front camera and the instruction (``--state``):
 
@@ -100,13 +102,16 @@ def rl(
     seed: int,
     critic_warmup: int = CRITIC_WARMUP,
     learning_rate: float | None = None,
+    surrogate: dict | None = None,
 ) -> dict:
     """Train ``policy`` (a copy of the SFT start) with GRPO or PPO for ``minutes`` of wall time in
-    ``rl_venv`` (the RL reward), then score it greedily in ``eval_venv``."""
-    lr = learning_rate or RL_LEARNING_RATE[head]
+    ``rl_venv`` (the RL reward), then score it greedily in ``eval_venv``. ``surrogate``: the clipped
+    objective's options (``ratio_level``, ``clip_coef_high``) for either algorithm."""
+    lr, surrogate = learning_rate or RL_LEARNING_RATE[head], surrogate or {}
     if name == "grpo":
         algorithm = GRPO(
-            policy, GRPOConfig(group_size=4, learning_rate=lr, update_epochs=2, num_minibatches=4)
+            policy,
+            GRPOConfig(group_size=4, learning_rate=lr, update_epochs=2, num_minibatches=4, **surrogate),
         )
     else:
         algorithm = PPO(
@@ -118,6 +123,7 @@ def rl(
                 critic_warmup_updates=critic_warmup,
                 value_learning_rate=VALUE_LEARNING_RATE,
                 clip_value_loss=False,
+                **surrogate,
             ),
         )
     deadline, iteration, steps, collect_s, update_s, curve = time.monotonic() + 60 * minutes, 0, 0, [], [], []
@@ -265,6 +271,18 @@ def main() -> None:
     parser.add_argument(
         "--noise-level", type=float, default=None, help="flow families: the Flow-SDE noise level of RL"
     )
+    parser.add_argument(
+        "--ratio-level",
+        choices=["chunk", "token"],
+        default="chunk",
+        help="one PPO ratio per decision, or one per action token / chunk step and dim (RLinf's token_level)",
+    )
+    parser.add_argument(
+        "--clip-high",
+        type=float,
+        default=0.0,
+        help="the ratio's upper clip (clip-higher); 0: the lower one, 0.2",
+    )
     parser.add_argument("--work", default="runs/bench_vla")
     parser.add_argument("--out", default=str(RESULTS / "vla.json"))
     args = parser.parse_args()
@@ -292,6 +310,7 @@ def main() -> None:
                      "rl_minutes": args.rl_minutes, "rl_reward": args.rl_reward,
                      "eval_episodes": args.eval_episodes, "critic_warmup": args.critic_warmup, "seed": args.seed,
                      "temperature": args.temperature, "noise_level": args.noise_level,
+                     "ratio_level": args.ratio_level, "clip_high": args.clip_high,
                      "heads": {}}  # fmt: skip
     for head in args.heads.split(","):
         sampling = {"sampling_temperature": args.temperature}
@@ -329,6 +348,7 @@ def main() -> None:
                 args.seed,
                 args.critic_warmup,
                 args.rl_lr,
+                {"ratio_level": args.ratio_level, "clip_coef_high": args.clip_high},
             )
             record[name]["gain_points"] = 100 * (record[name]["success"] - record["sft"]["success"])
             print(f"{head} {name}: success {record[name]['success']:.3f} (SFT {record['sft']['success']:.3f})",

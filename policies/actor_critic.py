@@ -117,11 +117,15 @@ class GaussianActorCritic(Policy):
     def squash(self, samples: torch.Tensor) -> torch.Tensor:
         return torch.clamp(samples, -1.0, 1.0) if self.cfg.head == "gaussian" else torch.tanh(samples)
 
-    def log_prob(self, dist: Normal, samples: torch.Tensor) -> torch.Tensor:
+    def log_prob_terms(self, dist: Normal, samples: torch.Tensor) -> torch.Tensor:
+        """Per action dimension (with the tanh correction): [B, chunk * action_dim]."""
         logp = dist.log_prob(samples)
         if self.cfg.head == "tanh_gaussian":
             logp = logp - 2.0 * (np.log(2.0) - samples - nn.functional.softplus(-2.0 * samples))
-        return logp.sum(-1)
+        return logp
+
+    def log_prob(self, dist: Normal, samples: torch.Tensor) -> torch.Tensor:
+        return self.log_prob_terms(dist, samples).sum(-1)
 
     def value(self, obs: dict[str, Any]) -> torch.Tensor:
         if self.critic is None:
@@ -141,11 +145,13 @@ class GaussianActorCritic(Policy):
         dist = self.distribution(features)
         samples = dist.sample() if mode == "sample" else dist.mean
         value = self.critic(features).squeeze(-1) if self.critic is not None else None
+        terms = self.log_prob_terms(dist, samples)
         return PolicyOutput(
             actions=self.to_env_units(self._chunked(self.squash(samples))),
             samples=self._chunked(samples),
-            log_prob=self.log_prob(dist, samples),
+            log_prob=terms.sum(-1),
             value=value,
+            log_prob_terms=terms,
         )
 
     def evaluate(self, obs: dict[str, Any], samples: torch.Tensor) -> PolicyEvaluation:
@@ -154,7 +160,8 @@ class GaussianActorCritic(Policy):
         dist = self.distribution(features)
         flat = samples.reshape(samples.shape[0], -1).to(features.device)
         value = self.critic(features).squeeze(-1) if self.critic is not None else None
-        return PolicyEvaluation(self.log_prob(dist, flat), dist.entropy().sum(-1), value)
+        terms = self.log_prob_terms(dist, flat)
+        return PolicyEvaluation(terms.sum(-1), dist.entropy().sum(-1), value, terms)
 
     def rsample(
         self, obs: dict[str, Any], features: torch.Tensor | None = None

@@ -36,6 +36,9 @@ class PolicyOutput:
     samples: torch.Tensor  # [B, chunk, action_dim]
     log_prob: torch.Tensor  # [B]: summed over the chunk and action dims
     value: torch.Tensor | None  # [B], when the policy has a value head
+    # [B, K]: the K terms ``log_prob`` sums (one per action token, or per chunk step and action dim),
+    # for token-level ratios (``algo.ratio_level=token``); None where a policy does not split them
+    log_prob_terms: torch.Tensor | None = None
 
     def cpu(self) -> PolicyOutput:
         """The same output on the CPU (what a trajectory stores; no copy for CPU tensors)."""
@@ -44,6 +47,7 @@ class PolicyOutput:
             self.samples.cpu(),
             self.log_prob.cpu(),
             None if self.value is None else self.value.cpu(),
+            None if self.log_prob_terms is None else self.log_prob_terms.cpu(),
         )
 
 
@@ -54,6 +58,7 @@ class PolicyEvaluation:
     log_prob: torch.Tensor  # [B]
     entropy: torch.Tensor  # [B]
     value: torch.Tensor | None  # [B]
+    log_prob_terms: torch.Tensor | None = None  # [B, K], as in PolicyOutput
 
 
 class ReparameterizedPolicy(Protocol):

@@ -53,7 +53,12 @@ class FlowSchedule:
         return x - self.dt * drift, sigma * math.sqrt(self.dt)
 
 
+def gaussian_log_prob_terms(x: torch.Tensor, mean: torch.Tensor, std: float) -> torch.Tensor:
+    """Per element, flattened over every dimension but the first: [B, K]."""
+    per = -0.5 * ((x - mean) / std) ** 2 - math.log(std) - 0.5 * math.log(2 * math.pi)
+    return per.flatten(1)
+
+
 def gaussian_log_prob(x: torch.Tensor, mean: torch.Tensor, std: float) -> torch.Tensor:
     """Summed over every dimension but the first."""
-    per = -0.5 * ((x - mean) / std) ** 2 - math.log(std) - 0.5 * math.log(2 * math.pi)
-    return per.flatten(1).sum(-1)
+    return gaussian_log_prob_terms(x, mean, std).sum(-1)

@@ -58,6 +58,10 @@ def test_act_gives_action_tokens_in_bounds_and_evaluate_reproduces_their_log_pro
     assert np.all(out.actions.numpy() >= low - 1e-6) and np.all(out.actions.numpy() <= high + 1e-6)
     evaluation = policy.evaluate(obs, out.samples)
     torch.testing.assert_close(evaluation.log_prob, out.log_prob, atol=1e-5, rtol=1e-6)
+    # one log-prob term per action token, for token-level ratios
+    assert out.log_prob_terms.shape == (4, chunk * adim)
+    torch.testing.assert_close(out.log_prob_terms.sum(-1), out.log_prob)
+    torch.testing.assert_close(evaluation.log_prob_terms, out.log_prob_terms, atol=1e-5, rtol=1e-6)
     torch.testing.assert_close(evaluation.value, out.value, atol=1e-5, rtol=0)
     torch.testing.assert_close(policy.value(obs), out.value, atol=1e-5, rtol=0)
     assert not torch.equal(policy.act(obs).samples, out.samples)
@@ -98,23 +102,35 @@ def test_a_temperature_is_positive():
         VLAConfig(sampling_temperature=0.0)
 
 
+@pytest.mark.parametrize("ratio_level", ["chunk", "token"])
 @pytest.mark.parametrize("family", FAMILIES)
-def test_a_grpo_step_moves_log_probs_in_the_sign_of_the_advantages(env, family):
+def test_a_grpo_step_moves_log_probs_in_the_sign_of_the_advantages(env, family, ratio_level):
     policy = tiny(env, value_head=False, family=family)
     obs = observations(env)
     out = policy.act(obs)
-    grpo = GRPO(policy, GRPOConfig(group_size=2, learning_rate=1e-3, update_epochs=1, num_minibatches=1))
+    grpo = GRPO(
+        policy,
+        GRPOConfig(
+            group_size=2, learning_rate=1e-3, update_epochs=1, num_minibatches=1, ratio_level=ratio_level
+        ),
+    )
     grpo.update(one_decision_batch(obs, out, [1.0, 0.0, 0.0, 1.0]))
     moved = policy.evaluate(obs, out.samples).log_prob.detach() - out.log_prob
     assert moved[[0, 3]].mean() > 0 > moved[[1, 2]].mean(), moved
 
 
+@pytest.mark.parametrize("ratio_level", ["chunk", "token"])
 @pytest.mark.parametrize("family", FAMILIES)
-def test_a_ppo_step_moves_log_probs_in_the_sign_of_the_advantages(env, family):
+def test_a_ppo_step_moves_log_probs_in_the_sign_of_the_advantages(env, family, ratio_level):
     policy = tiny(env, family=family)
     obs = observations(env)
     out = policy.act(obs)
-    ppo = PPO(policy, PPOConfig(learning_rate=1e-3, update_epochs=1, num_minibatches=1, value_coef=0.0))
+    ppo = PPO(
+        policy,
+        PPOConfig(
+            learning_rate=1e-3, update_epochs=1, num_minibatches=1, value_coef=0.0, ratio_level=ratio_level
+        ),
+    )
     ppo.update(one_decision_batch(obs, out, [2.0, -2.0, -2.0, 2.0]))
     moved = policy.evaluate(obs, out.samples).log_prob.detach() - out.log_prob
     assert moved[[0, 3]].mean() > 0 > moved[[1, 2]].mean(), moved

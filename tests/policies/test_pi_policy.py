@@ -52,6 +52,10 @@ def test_act_gives_chunks_in_bounds_and_evaluate_reproduces_their_log_prob(env, 
     assert np.all(out.actions.numpy() >= low - 1e-6) and np.all(out.actions.numpy() <= high + 1e-6)
     evaluation = policy.evaluate(obs, out.samples)
     torch.testing.assert_close(evaluation.log_prob, out.log_prob, atol=1e-5, rtol=1e-6)
+    # one log-prob term per chunk step and env action dim (summed over the denoising steps)
+    assert out.log_prob_terms.shape == (4, 2 * env.env_spec.action.dim)
+    torch.testing.assert_close(out.log_prob_terms.sum(-1), out.log_prob)
+    torch.testing.assert_close(evaluation.log_prob_terms, out.log_prob_terms, atol=1e-5, rtol=1e-6)
     torch.testing.assert_close(evaluation.value, out.value, atol=1e-5, rtol=0)
     assert not torch.equal(policy.act(obs).samples, out.samples)
     torch.testing.assert_close(policy.act(obs, "greedy").actions, policy.act(obs, "greedy").actions)
@@ -81,23 +85,35 @@ def test_a_sampling_temperature_scales_the_chains_starting_noise(env, family):
     assert not torch.allclose(warm.act(obs).actions, warm.act(obs, "greedy").actions, atol=1e-3, rtol=0)
 
 
+@pytest.mark.parametrize("ratio_level", ["chunk", "token"])
 @pytest.mark.parametrize("family", FAMILIES)
-def test_a_grpo_step_moves_log_probs_in_the_sign_of_the_advantages(env, family):
+def test_a_grpo_step_moves_log_probs_in_the_sign_of_the_advantages(env, family, ratio_level):
     policy = tiny(env, family, value_head=False)
     obs = observations(env)
     out = policy.act(obs)
-    grpo = GRPO(policy, GRPOConfig(group_size=2, learning_rate=1e-4, update_epochs=1, num_minibatches=1))
+    grpo = GRPO(
+        policy,
+        GRPOConfig(
+            group_size=2, learning_rate=1e-4, update_epochs=1, num_minibatches=1, ratio_level=ratio_level
+        ),
+    )
     grpo.update(one_decision_batch(obs, out, [1.0, 0.0, 0.0, 1.0]))
     moved = policy.evaluate(obs, out.samples).log_prob.detach() - out.log_prob
     assert moved[[0, 3]].mean() > 0 > moved[[1, 2]].mean(), moved
 
 
+@pytest.mark.parametrize("ratio_level", ["chunk", "token"])
 @pytest.mark.parametrize("family", FAMILIES)
-def test_a_ppo_step_moves_log_probs_in_the_sign_of_the_advantages(env, family):
+def test_a_ppo_step_moves_log_probs_in_the_sign_of_the_advantages(env, family, ratio_level):
     policy = tiny(env, family)
     obs = observations(env)
     out = policy.act(obs)
-    ppo = PPO(policy, PPOConfig(learning_rate=1e-4, update_epochs=1, num_minibatches=1, value_coef=0.0))
+    ppo = PPO(
+        policy,
+        PPOConfig(
+            learning_rate=1e-4, update_epochs=1, num_minibatches=1, value_coef=0.0, ratio_level=ratio_level
+        ),
+    )
     ppo.update(one_decision_batch(obs, out, [2.0, -2.0, -2.0, 2.0]))
     moved = policy.evaluate(obs, out.samples).log_prob.detach() - out.log_prob
     assert moved[[0, 3]].mean() > 0 > moved[[1, 2]].mean(), moved

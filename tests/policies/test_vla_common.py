@@ -49,6 +49,7 @@ def one_decision_batch(obs, out, rewards) -> OnPolicyBatch:
         terminated=ones,
         bootstrap_values=torch.zeros(1, n),
         last_obs=obs,
+        log_prob_terms=None if out.log_prob_terms is None else out.log_prob_terms[None],
     )
 
 

@@ -31,6 +31,8 @@ class OnPolicyBatch:
     last_obs: dict[str, Any] = field(default_factory=dict)  # the observation after the last decision
     env_steps: int = 0
     finished: list[EpisodeSummary] = field(default_factory=list)
+    # [T, N, K]: the terms each log-prob sums (PolicyOutput.log_prob_terms), where the policy gives them
+    log_prob_terms: torch.Tensor | None = None
 
     def flat_obs(self) -> dict[str, Any]:
         """[T, N, ...] -> [T*N, ...] tensors (and a list of T*N instructions) for minibatching."""
@@ -51,7 +53,11 @@ class OnPolicyBatch:
         }
         tensors = ("samples", "log_probs", "values", "rewards", "dones", "terminated", "bootstrap_values")
         return replace(
-            self, obs=obs, weights=move(self.weights), **{k: move(getattr(self, k)) for k in tensors}
+            self,
+            obs=obs,
+            weights=move(self.weights),
+            log_prob_terms=move(self.log_prob_terms),
+            **{k: move(getattr(self, k)) for k in tensors},
         )
 
 
@@ -73,12 +79,52 @@ def weighted_mean(values: torch.Tensor, weights: torch.Tensor | None) -> torch.T
     return (values * weights).sum() / weights.sum().clamp_min(1e-8)
 
 
+RATIO_LEVELS = ("chunk", "token")
+
+
+def check_ratio_level(level: str) -> None:
+    if level not in RATIO_LEVELS:
+        raise ValueError(f"algo.ratio_level must be one of {list(RATIO_LEVELS)}, got {level!r}")
+
+
+def flat_log_prob_terms(batch: OnPolicyBatch) -> torch.Tensor:
+    """[T*N, K] from a batch whose policy split its log-probs (the ``ratio_level=token`` input)."""
+    if batch.log_prob_terms is None:
+        raise ValueError(
+            "algo.ratio_level=token needs a policy whose act() returns log_prob_terms; this one does "
+            "not: use algo.ratio_level=chunk"
+        )
+    return batch.log_prob_terms.flatten(0, 1)
+
+
+def log_ratio(evaluation, old_log_prob: torch.Tensor, old_terms: torch.Tensor | None) -> torch.Tensor:
+    """log(pi / pi_old): [B] for the decision's summed log-prob (``old_terms`` None), or [B, K], one
+    per term (an action token, or a chunk step's action dim): RLinf's ``logprob_type=token_level``."""
+    if old_terms is None:
+        return evaluation.log_prob - old_log_prob
+    return evaluation.log_prob_terms - old_terms
+
+
+def per_sample(values: torch.Tensor) -> torch.Tensor:
+    """[B] as is; [B, K] (one value per term) -> its mean over the terms, [B]."""
+    return values.mean(-1) if values.dim() == 2 else values
+
+
 def clipped_surrogate_loss(
-    advantages: torch.Tensor, ratio: torch.Tensor, clip: float, weights: torch.Tensor | None = None
+    advantages: torch.Tensor,
+    ratio: torch.Tensor,
+    clip: float,
+    weights: torch.Tensor | None = None,
+    clip_high: float = 0.0,
 ) -> torch.Tensor:
-    """PPO's pessimistic clipped policy objective, as a loss to minimise."""
-    surrogate = torch.max(-advantages * ratio, -advantages * torch.clamp(ratio, 1 - clip, 1 + clip))
-    return weighted_mean(surrogate, weights)
+    """PPO's pessimistic clipped policy objective, as a loss to minimise. ``ratio`` is [B] or [B, K]
+    (per term, each clipped on its own, the decision's advantage for all). The ratio is clipped to
+    [1 - clip, 1 + clip_high] (clip-higher, as DAPO and RLinf's OFT recipes; 0: ``clip``)."""
+    high = clip_high or clip
+    if ratio.dim() == 2:
+        advantages = advantages[:, None]
+    surrogate = torch.max(-advantages * ratio, -advantages * torch.clamp(ratio, 1 - clip, 1 + high))
+    return weighted_mean(per_sample(surrogate), weights)
 
 
 def _stack_obs(observations: list[dict[str, Any]]) -> dict[str, Any]:
@@ -115,7 +161,7 @@ class TrajectoryBuilder:
         weights = np.ones(num_envs) if source_weights is None else source_weights
         self.source_weights = torch.as_tensor(weights, dtype=torch.float32)
         self.stored: list[dict[str, Any]] = []
-        self.samples, self.log_probs, self.values = [], [], []
+        self.samples, self.log_probs, self.log_prob_terms, self.values = [], [], [], []
         self.rewards, self.dones, self.terminated, self.bootstrap, self.weights = [], [], [], [], []
         self.finished: list[EpisodeSummary] = []
         self.env_steps = 0
@@ -132,6 +178,8 @@ class TrajectoryBuilder:
         )
         self.samples.append(out.samples)
         self.log_probs.append(out.log_prob)
+        if out.log_prob_terms is not None:
+            self.log_prob_terms.append(out.log_prob_terms)
         self.values.append(out.value if out.value is not None else torch.zeros(self.num_envs))
         self.env_steps += int(result.valid.sum())
         self.rewards.append(torch.as_tensor((result.rewards * result.valid).sum(1)))
@@ -160,6 +208,11 @@ class TrajectoryBuilder:
             last_obs=last_obs,
             env_steps=self.env_steps,
             finished=self.finished,
+            log_prob_terms=(
+                torch.stack(self.log_prob_terms)
+                if self.log_prob_terms and len(self.log_prob_terms) == len(self.log_probs)
+                else None
+            ),
         )
 
 
@@ -212,6 +265,7 @@ def concat_batches(batches: list[OnPolicyBatch]) -> OnPolicyBatch:
         last_obs={**obs_cat([b.last_obs for b in batches], 0)},
         env_steps=sum(b.env_steps for b in batches),
         finished=finished,
+        log_prob_terms=(None if any(b.log_prob_terms is None for b in batches) else cat("log_prob_terms")),
     )
 
 

@@ -20,9 +20,13 @@ from protos.batch import VectorEnv
 from trainer.algorithms.common import (
     IterationResult,
     OnPolicyBatch,
+    check_ratio_level,
     clipped_surrogate_loss,
     collect_on_policy,
     decisions_per_episode,
+    flat_log_prob_terms,
+    log_ratio,
+    per_sample,
     select_obs,
 )
 from trainer.devices import module_device
@@ -35,6 +39,8 @@ class GRPOConfig:
     update_epochs: int = 4  # passes over each iteration's batch
     num_minibatches: int = 4  # minibatches per pass
     clip_coef: float = 0.2  # the policy ratio's clip range
+    clip_coef_high: float = 0.0  # the ratio's upper clip, 1 + this (clip-higher); 0: clip_coef
+    ratio_level: str = "chunk"  # "chunk" or "token": as PPOConfig.ratio_level
     entropy_coef: float = 0.0  # the entropy bonus's weight
     kl_coef: float = 0.0  # penalty on the k3 KL to the rollout policy
     max_grad_norm: float = 0.5  # gradients are clipped to this norm
@@ -46,6 +52,7 @@ class GRPO:
     config_class = GRPOConfig
 
     def __init__(self, policy: Policy, cfg: GRPOConfig) -> None:
+        check_ratio_level(cfg.ratio_level)
         self.policy, self.cfg = policy, cfg
         self.optimizer = torch.optim.Adam(policy.parameters(), lr=cfg.learning_rate, eps=1e-5)
 
@@ -93,6 +100,7 @@ class GRPO:
         obs = select_obs(obs, keep)
         samples = batch.samples.flatten(0, 1)[keep]
         old_log_probs = batch.log_probs.flatten()[keep]
+        old_terms = flat_log_prob_terms(batch)[keep] if cfg.ratio_level == "token" else None
         advantages = advantages[keep]
         size = samples.shape[0]
         minibatch = max(1, size // cfg.num_minibatches)
@@ -103,11 +111,13 @@ class GRPO:
                 idx = order[start : start + minibatch]
                 mb_obs = select_obs(obs, idx)
                 evaluation = policy.evaluate(mb_obs, samples[idx])
-                log_ratio = evaluation.log_prob - old_log_probs[idx]
-                ratio = log_ratio.exp()
-                approx_kl = ((ratio - 1) - log_ratio).mean()
+                mb_log_ratio = log_ratio(
+                    evaluation, old_log_probs[idx], None if old_terms is None else old_terms[idx]
+                )
+                ratio = mb_log_ratio.exp()
+                approx_kl = per_sample((ratio - 1) - mb_log_ratio).mean()
                 adv = advantages[idx]
-                policy_loss = clipped_surrogate_loss(adv, ratio, cfg.clip_coef)
+                policy_loss = clipped_surrogate_loss(adv, ratio, cfg.clip_coef, clip_high=cfg.clip_coef_high)
                 entropy = evaluation.entropy.mean()
                 loss = policy_loss - cfg.entropy_coef * entropy + cfg.kl_coef * approx_kl
                 self.optimizer.zero_grad()

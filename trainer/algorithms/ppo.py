@@ -20,10 +20,14 @@ from protos.batch import VectorEnv
 from trainer.algorithms.common import (
     IterationResult,
     OnPolicyBatch,
+    check_ratio_level,
     clipped_surrogate_loss,
     collect_on_policy,
     decisions_per_episode,
+    flat_log_prob_terms,
     generalized_advantages,
+    log_ratio,
+    per_sample,
     select_obs,
     weighted_mean,
 )
@@ -38,6 +42,10 @@ class PPOConfig:
     update_epochs: int = 8  # passes over each iteration's batch
     num_minibatches: int = 8  # minibatches per pass
     clip_coef: float = 0.2  # the policy ratio's clip range
+    clip_coef_high: float = 0.0  # the ratio's upper clip, 1 + this (clip-higher); 0: clip_coef
+    # "chunk": one ratio per decision, of its summed log-prob; "token": one per log-prob term (action
+    # token, or chunk step and action dim), each clipped on its own (RLinf's logprob_type=token_level)
+    ratio_level: str = "chunk"
     # The value head's own step size (0: learning_rate). A fresh critic under a policy started from
     # SFT must fit returns of the task's scale while the policy takes small steps.
     value_learning_rate: float = 0.0
@@ -63,6 +71,7 @@ class PPO:
     def __init__(self, policy: Policy, cfg: PPOConfig) -> None:
         if not policy.has_value_head:
             raise ValueError("PPO needs a value head (policy.value_head=true)")
+        check_ratio_level(cfg.ratio_level)
         self.policy, self.cfg = policy, cfg
         self.optimizer = torch.optim.Adam(self._parameter_groups(), lr=cfg.learning_rate, eps=1e-5)
         self.updates_done = 0
@@ -100,6 +109,7 @@ class PPO:
         obs = batch.flat_obs()
         samples = batch.samples.flatten(0, 1)
         old_log_probs = batch.log_probs.flatten()
+        old_terms = flat_log_prob_terms(batch) if cfg.ratio_level == "token" else None
         old_values = batch.values.flatten()
         advantages, returns = advantages.flatten(), returns.flatten()
         # Per-sample weights (source weights; 0 for aborted robot episodes). Uniform: plain means.
@@ -124,18 +134,23 @@ class PPO:
                     continue  # nothing trainable in this minibatch
                 mb_obs = select_obs(obs, idx)
                 evaluation = policy.evaluate(mb_obs, samples[idx])
-                log_ratio = evaluation.log_prob - old_log_probs[idx]
-                ratio = log_ratio.exp()
-                with torch.no_grad():
-                    approx_kl = weighted_mean((ratio - 1) - log_ratio, mb_w)  # the low-variance k3 estimator
-                    clip_frac = weighted_mean(((ratio - 1.0).abs() > cfg.clip_coef).float(), mb_w)
+                mb_log_ratio = log_ratio(
+                    evaluation, old_log_probs[idx], None if old_terms is None else old_terms[idx]
+                )
+                ratio = mb_log_ratio.exp()
+                with torch.no_grad():  # the low-variance k3 estimator; per term, averaged, at token level
+                    approx_kl = weighted_mean(per_sample((ratio - 1) - mb_log_ratio), mb_w)
+                    clipped = (ratio < 1 - cfg.clip_coef) | (
+                        ratio > 1 + (cfg.clip_coef_high or cfg.clip_coef)
+                    )
+                    clip_frac = weighted_mean(per_sample(clipped.float()), mb_w)
 
                 mb_adv = advantages[idx]
                 if cfg.normalize_advantages and len(idx) > 1:
                     kept = mb_adv if mb_w is None else mb_adv[mb_w > 0]
                     if len(kept) > 1:
                         mb_adv = (mb_adv - kept.mean()) / (kept.std() + 1e-8)
-                policy_loss = clipped_surrogate_loss(mb_adv, ratio, cfg.clip_coef, mb_w)
+                policy_loss = clipped_surrogate_loss(mb_adv, ratio, cfg.clip_coef, mb_w, cfg.clip_coef_high)
 
                 value = evaluation.value
                 value_error = (value - returns[idx]) ** 2

@@ -276,7 +276,7 @@ class OpenVLAPolicy(Policy):
         if self.parallel:
             dist, prompt_state = self._parallel(obs, temperature)
             bins = dist.probs.argmax(-1) if mode == "greedy" else dist.sample()
-            log_prob, tokens = dist.log_prob(bins).sum(-1), ids[bins]
+            terms, tokens = dist.log_prob(bins), ids[bins]
         else:
             prompt, _ = self._prompt(obs)
 
@@ -290,11 +290,11 @@ class OpenVLAPolicy(Policy):
                 return ids[chosen]
 
             tokens, logits, prompt_state = generate(self.model, prompt, self.action_dim, choose)
-            log_prob = (
-                Categorical(logits=self._action_logits(logits, temperature)).log_prob(tokens - ids[0]).sum(-1)
-            )
+            terms = Categorical(logits=self._action_logits(logits, temperature)).log_prob(tokens - ids[0])
         samples = tokens.reshape(-1, self.chunk_size, self.action_dim).float()
-        return PolicyOutput(self.env_actions(samples), samples, log_prob, self._value(prompt_state))
+        return PolicyOutput(
+            self.env_actions(samples), samples, terms.sum(-1), self._value(prompt_state), terms
+        )
 
     def _teacher_forced(
         self, obs: dict[str, Any], tokens: torch.Tensor, temperature: float
@@ -320,10 +320,8 @@ class OpenVLAPolicy(Policy):
     def evaluate(self, obs: dict[str, Any], samples: torch.Tensor) -> PolicyEvaluation:
         tokens = samples.to(self.device).long().flatten(1)
         dist, prompt_state = self._distribution(obs, tokens, self.cfg.vla.sampling_temperature)
-        bins = tokens - self.action_ids[0]
-        return PolicyEvaluation(
-            dist.log_prob(bins).sum(-1), dist.entropy().sum(-1), self._value(prompt_state)
-        )
+        terms = dist.log_prob(tokens - self.action_ids[0])
+        return PolicyEvaluation(terms.sum(-1), dist.entropy().sum(-1), self._value(prompt_state), terms)
 
     def value(self, obs: dict[str, Any]) -> torch.Tensor:
         if self.value_head is None:

@@ -24,7 +24,7 @@ from torch import nn
 from policies.base import Policy, PolicyEvaluation, PolicyOutput, check_cameras, to_tensors
 from policies.config import PolicyConfig
 from policies.normalization import RunningNormalizer
-from policies.vla.flow_sde import FlowSchedule, gaussian_log_prob
+from policies.vla.flow_sde import FlowSchedule, gaussian_log_prob_terms
 from policies.vla.pi.checkpoint import CheckpointError, read_checkpoint
 from policies.vla.pi.dims import GemmaDims, PiDims, SiglipDims
 from policies.vla.pi.inputs import pad_to, pi0_prompt, pi05_prompt, siglip_pixels, tokenize
@@ -271,38 +271,39 @@ class PiPolicy(Policy):
             if greedy
             else temperature * torch.randn(shape, device=self.device)
         )
-        chain, log_prob = [x], torch.zeros(batch, device=self.device)
+        # the log-prob's terms: one per chunk step and env action dim, summed over the denoising steps
+        chain, terms = [x], torch.zeros(batch, self.chunk_size * self.action_dim, device=self.device)
         for t in self.schedule.times():
             mean, std = self.schedule.step(x, self._velocity(prefix, state, x, t), t, stochastic=not greedy)
             if std > 0:
                 noise = torch.zeros_like(mean)
                 noise[..., : self.action_dim] = torch.randn_like(mean[..., : self.action_dim])
                 x = mean + std * noise
-                log_prob = log_prob + gaussian_log_prob(
+                terms = terms + gaussian_log_prob_terms(
                     x[..., : self.action_dim], mean[..., : self.action_dim], std
                 )
             else:
                 x = mean
             chain.append(x)
         chain = torch.stack(chain, 1)
-        return PolicyOutput(self.env_actions(chain[:, -1]), chain, log_prob, self._value(prefix))
+        return PolicyOutput(self.env_actions(chain[:, -1]), chain, terms.sum(-1), self._value(prefix), terms)
 
     def evaluate(self, obs: dict[str, Any], samples: torch.Tensor) -> PolicyEvaluation:
         prefix, state = self._prefix(obs)
         chain = samples.to(self.device).float()
         batch, dims = chain.shape[0], self.action_dim
-        log_prob = torch.zeros(batch, device=self.device)
+        terms = torch.zeros(batch, self.chunk_size * dims, device=self.device)
         entropy = torch.zeros(batch, device=self.device)
         for k, t in enumerate(self.schedule.times()):
             mean, std = self.schedule.step(
                 chain[:, k], self._velocity(prefix, state, chain[:, k], t), t, stochastic=True
             )
             if std > 0:
-                log_prob = log_prob + gaussian_log_prob(chain[:, k + 1, ..., :dims], mean[..., :dims], std)
+                terms = terms + gaussian_log_prob_terms(chain[:, k + 1, ..., :dims], mean[..., :dims], std)
                 entropy = entropy + self.chunk_size * dims * (
                     0.5 * math.log(2 * math.pi * math.e) + math.log(std)
                 )
-        return PolicyEvaluation(log_prob, entropy, self._value(prefix))
+        return PolicyEvaluation(terms.sum(-1), entropy, self._value(prefix), terms)
 
     def value(self, obs: dict[str, Any]) -> torch.Tensor:
         if self.value_head is None:
