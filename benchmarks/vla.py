@@ -16,6 +16,7 @@ reset from.
                              [--heads openvla-oft,pi0,pi05,openvla,smolvla] [--algorithms grpo,ppo] [--seed 0]
                              [--state proprio|objects|privileged] [--critic-warmup 15] [--rl-lr LR]
                              [--temperature 1] [--noise-level A] [--ratio-level chunk|token] [--clip-high 0]
+                             [--group-size 4]
                              [--work runs/bench_vla] [--out FILE]
 
 The SFT start is kept in ``--work`` (``sft_<head>_<demos>_c<chunk>_<updates>x<lr>_seed<N>``) and reused by
@@ -103,6 +104,7 @@ def rl(
     critic_warmup: int = CRITIC_WARMUP,
     learning_rate: float | None = None,
     surrogate: dict | None = None,
+    group_size: int = 4,
 ) -> dict:
     """Train ``policy`` (a copy of the SFT start) with GRPO or PPO for ``minutes`` of wall time in
     ``rl_venv`` (the RL reward), then score it greedily in ``eval_venv``. ``surrogate``: the clipped
@@ -111,7 +113,9 @@ def rl(
     if name == "grpo":
         algorithm = GRPO(
             policy,
-            GRPOConfig(group_size=4, learning_rate=lr, update_epochs=2, num_minibatches=4, **surrogate),
+            GRPOConfig(
+                group_size=group_size, learning_rate=lr, update_epochs=2, num_minibatches=4, **surrogate
+            ),
         )
     else:
         algorithm = PPO(
@@ -283,6 +287,7 @@ def main() -> None:
         default=0.0,
         help="the ratio's upper clip (clip-higher); 0: the lower one, 0.2",
     )
+    parser.add_argument("--group-size", type=int, default=4, help="GRPO: envs per group (of --num-envs)")
     parser.add_argument("--work", default="runs/bench_vla")
     parser.add_argument("--out", default=str(RESULTS / "vla.json"))
     args = parser.parse_args()
@@ -310,7 +315,7 @@ def main() -> None:
                      "rl_minutes": args.rl_minutes, "rl_reward": args.rl_reward,
                      "eval_episodes": args.eval_episodes, "critic_warmup": args.critic_warmup, "seed": args.seed,
                      "temperature": args.temperature, "noise_level": args.noise_level,
-                     "ratio_level": args.ratio_level, "clip_high": args.clip_high,
+                     "ratio_level": args.ratio_level, "clip_high": args.clip_high, "group_size": args.group_size,
                      "heads": {}}  # fmt: skip
     for head in args.heads.split(","):
         sampling = {"sampling_temperature": args.temperature}
@@ -349,6 +354,7 @@ def main() -> None:
                 args.critic_warmup,
                 args.rl_lr,
                 {"ratio_level": args.ratio_level, "clip_coef_high": args.clip_high},
+                args.group_size,
             )
             record[name]["gain_points"] = 100 * (record[name]["success"] - record["sft"]["success"])
             print(f"{head} {name}: success {record[name]['success']:.3f} (SFT {record['sft']['success']:.3f})",
