@@ -79,7 +79,9 @@ def main() -> None:
     if not (cache / "sft.json").is_file():
         parser.error(f"--cache {cache}: no SFT start there (run benchmarks/vla.py with its --work first)")
     torch.set_num_threads(1)
-    venv = sim_envs.make_vector("rlinf/FrankaPickColor-v0", 16, backend="inline", **ENV, **STATES[args.state])
+    venv = sim_envs.make_vector(
+        "rlinf/FrankaPickColor-v0", 16, backend="inline", **{**ENV, **STATES[args.state]}
+    )
     policy, *_ = sft(args.head, venv.spec, cache, 1, 1e-3, 4, 0, {"flow_noise_level": 0.0}, cache)
     results = {"head": args.head, "cache": cache.name, "eval_episodes": args.eval_episodes, "scales": {}}
     for scale in (float(s) for s in args.scales.split(",")):
