@@ -56,7 +56,7 @@ class PPOConfig:
     value_coef: float = 0.5  # the value loss's weight
     entropy_coef: float = 0.0  # the entropy bonus's weight
     max_grad_norm: float = 0.5  # gradients are clipped to this norm
-    target_kl: float = 0.0  # 0 disables early stopping
+    target_kl: float = 0.0  # 0 disables early stopping; the KL is per term at ratio_level=token
     normalize_advantages: bool = True  # advantages to zero mean, unit std per minibatch
     # The first N updates fit the value head only: a policy started from SFT/BC has a fresh critic,
     # and its first advantages are noise that would undo what the start knew.
