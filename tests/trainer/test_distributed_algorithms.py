@@ -44,7 +44,10 @@ def distributed(preset: str, overrides: list[str]):
 def test_grpo_on_ray_keeps_the_schema_and_gives_a_group_one_seed_across_stages(tmp_path, local_ray):
     grpo = [*ENV, "algo.group_size=2", "run.total_env_steps=80"]
     sequential = run(tmp_path / "seq", "grpo_reach", grpo)
-    hybrid = run(tmp_path / "hybrid", "grpo_reach", [*grpo, "cluster.placement=hybrid"])
+    # token-level ratios on Ray: each stage's log-prob terms reach the learner beside its decisions
+    hybrid = run(
+        tmp_path / "hybrid", "grpo_reach", [*grpo, "cluster.placement=hybrid", "algo.ratio_level=token"]
+    )
     ray_only = {"train/driver_bytes", "train/trajectory_bytes", "train/update_cpu_s"}  # Ray-only figures
     assert hybrid[-1]["env_steps"] == 80 and set(hybrid[-1]) - ray_only == set(sequential[-1])
     assert hybrid[-1]["train/policy_lag"] in (0.0, 1.0)
