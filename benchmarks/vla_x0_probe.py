@@ -29,11 +29,11 @@ import sim_envs
 from trainer.algorithms.common import decisions_per_episode
 
 
-def noiseless_chain(policy, obs, scale: float) -> tuple[torch.Tensor, torch.Tensor]:
-    """(x0, env actions) of the chain from x0 = scale * z without the SDE's noise."""
+def noiseless_chain(policy, obs, scale: float) -> torch.Tensor:
+    """The env actions of the chain from x0 = scale * z without the SDE's noise."""
     prefix, state = policy._prefix(obs)
     x0 = scale * torch.randn(state.shape[0], policy.chunk_size, policy.dims.max_action_dim)
-    return x0, policy.env_actions(chain_from(policy, prefix, state, x0))
+    return policy.env_actions(chain_from(policy, prefix, state, x0))
 
 
 def chain_from(policy, prefix, state, x: torch.Tensor) -> torch.Tensor:
@@ -57,7 +57,7 @@ def probe(policy, venv, scale: float, episodes: int) -> dict[str, float]:
         torch.manual_seed(0)
         obs, _ = venv.reset(seed=EVAL_SEED + start)
         for _ in range(decisions_per_episode(venv, policy)):
-            result = venv.chunk_step(noiseless_chain(policy, obs, scale)[1].numpy())
+            result = venv.chunk_step(noiseless_chain(policy, obs, scale).numpy())
             finished += result.finished
             obs = result.obs
     return {
