@@ -20,6 +20,8 @@ CLIENT_PYTHON = ROOT / ".venv-openpi" / "bin" / "python"
 PEER = Path(__file__).with_name("openpi_client_peer.py")
 TWIN = {"task": "reach", "image_size": 64, "max_episode_steps": 20}
 PROMPT = "reach the target"
+# openpi's client (websockets' sync connect) gives the server 10 s to answer the upgrade
+HANDSHAKE_TIMEOUT = "TimeoutError: timed out while waiting for handshake response"
 
 
 @pytest.fixture(scope="module")
@@ -84,6 +86,8 @@ def run_client(
     out.unlink(missing_ok=True)
     argv = [str(python), str(PEER), uri, str(tmp_path / "obs.npz"), str(out), *([api_key] if api_key else [])]
     done = subprocess.run(argv, capture_output=True, text=True, timeout=120, env=env)
+    if HANDSHAKE_TIMEOUT in done.stdout:  # once: a loaded 2-core CI box can miss the client's 10 s
+        done = subprocess.run(argv, capture_output=True, text=True, timeout=120, env=env)
     return done, (np.load(out) if out.exists() else None)
 
 
