@@ -105,6 +105,7 @@ def rl(
     learning_rate: float | None = None,
     surrogate: dict | None = None,
     group_size: int = 4,
+    grpo_options: dict | None = None,
 ) -> dict:
     """Train ``policy`` (a copy of the SFT start) with GRPO or PPO for ``minutes`` of wall time in
     ``rl_venv`` (the RL reward), then score it greedily in ``eval_venv``. ``surrogate``: the clipped
@@ -114,7 +115,12 @@ def rl(
         algorithm = GRPO(
             policy,
             GRPOConfig(
-                group_size=group_size, learning_rate=lr, update_epochs=2, num_minibatches=4, **surrogate
+                group_size=group_size,
+                learning_rate=lr,
+                update_epochs=2,
+                num_minibatches=4,
+                **surrogate,
+                **(grpo_options or {}),
             ),
         )
     else:
@@ -141,7 +147,7 @@ def rl(
         iteration += 1
         curve.append({"iteration": iteration, "env_steps": steps,
                       "sample_success": float(np.mean([e.success for e in result.finished] or [0.0])),
-                      **{k: result.metrics[k] for k in ("approx_kl", "clip_frac") if k in result.metrics}})  # fmt: skip
+                      **{k: result.metrics[k] for k in ("approx_kl", "clip_frac", "informative_groups") if k in result.metrics}})  # fmt: skip
         print(f"  {head} {name} it {iteration}: {curve[-1]} {time.perf_counter() - tick:.1f}s", flush=True)
     return {
         "iterations": iteration,
@@ -288,6 +294,14 @@ def main() -> None:
         help="the ratio's upper clip (clip-higher); 0: the lower one, 0.2",
     )
     parser.add_argument("--group-size", type=int, default=4, help="GRPO: envs per group (of --num-envs)")
+    parser.add_argument(
+        "--no-group-std",
+        action="store_true",
+        help="GRPO: advantages R - mean, not divided by the group's std",
+    )
+    parser.add_argument(
+        "--drop-uniform-groups", action="store_true", help="GRPO: leave groups with equal returns out"
+    )
     parser.add_argument("--work", default="runs/bench_vla")
     parser.add_argument("--out", default=str(RESULTS / "vla.json"))
     args = parser.parse_args()
@@ -316,6 +330,7 @@ def main() -> None:
                      "eval_episodes": args.eval_episodes, "critic_warmup": args.critic_warmup, "seed": args.seed,
                      "temperature": args.temperature, "noise_level": args.noise_level,
                      "ratio_level": args.ratio_level, "clip_high": args.clip_high, "group_size": args.group_size,
+                     "group_std": not args.no_group_std, "drop_uniform_groups": args.drop_uniform_groups,
                      "heads": {}}  # fmt: skip
     for head in args.heads.split(","):
         sampling = {"sampling_temperature": args.temperature}
@@ -355,6 +370,10 @@ def main() -> None:
                 args.rl_lr,
                 {"ratio_level": args.ratio_level, "clip_coef_high": args.clip_high},
                 args.group_size,
+                {
+                    "scale_by_group_std": not args.no_group_std,
+                    "drop_uniform_groups": args.drop_uniform_groups,
+                },
             )
             record[name]["gain_points"] = 100 * (record[name]["success"] - record["sft"]["success"])
             print(f"{head} {name}: success {record[name]['success']:.3f} (SFT {record['sft']['success']:.3f})",

@@ -4,6 +4,13 @@ The envs are split into groups of G. Every env in a group resets from the same s
 rollouts start from the same state. Each rollout's episode return is normalised within its group
 (advantage = (R - mean) / std), that advantage is given to every decision of the episode, and the
 policy takes clipped-ratio steps on it. No value function is learned.
+
+Two options change what a group contributes: ``scale_by_group_std=False`` leaves the advantage in
+return units (R - mean; Dr. GRPO, Liu et al. 2025), so a group whose rollouts differ by one step of
+reward no longer weighs as much as one where a rollout succeeded and the rest failed; and
+``drop_uniform_groups`` leaves out groups whose rollouts all scored the same (their advantage is 0),
+so every minibatch holds only decisions that carry a signal (DAPO's dynamic sampling; RLinf's
+``filter_rewards``).
 """
 
 from __future__ import annotations
@@ -44,6 +51,8 @@ class GRPOConfig:
     entropy_coef: float = 0.0  # the entropy bonus's weight
     kl_coef: float = 0.0  # penalty on the k3 KL to the rollout policy
     max_grad_norm: float = 0.5  # gradients are clipped to this norm
+    scale_by_group_std: bool = True  # (R - mean) / std; false: R - mean (Dr. GRPO)
+    drop_uniform_groups: bool = False  # leave groups whose returns are all equal out of the update
 
 
 class GRPO:
@@ -82,10 +91,18 @@ class GRPO:
         return (ended_before == 0).float()
 
     def group_advantages(self, batch: OnPolicyBatch, groups: int) -> tuple[torch.Tensor, torch.Tensor]:
+        """Each env's first-episode advantage [N] and the first-episode mask [T, N]; with
+        ``drop_uniform_groups`` the mask is 0 for every env of a group whose returns are all equal."""
         mask = self.first_episode_mask(batch)
         returns = (batch.rewards * mask).sum(0)  # [N]
         grouped = returns.reshape(groups, self.cfg.group_size)
-        advantages = (grouped - grouped.mean(1, keepdim=True)) / (grouped.std(1, keepdim=True) + 1e-6)
+        spread = grouped.std(1, keepdim=True)
+        advantages = grouped - grouped.mean(1, keepdim=True)
+        if self.cfg.scale_by_group_std:
+            advantages = advantages / (spread + 1e-6)
+        if self.cfg.drop_uniform_groups:
+            informative = (grouped.max(1).values > grouped.min(1).values).float()  # [groups]
+            mask = mask * informative.repeat_interleave(self.cfg.group_size).unsqueeze(0)
         return advantages.reshape(-1), mask
 
     def update(self, batch: OnPolicyBatch) -> dict[str, float]:
@@ -103,6 +120,13 @@ class GRPO:
         old_terms = flat_log_prob_terms(batch)[keep] if cfg.ratio_level == "token" else None
         advantages = advantages[keep]
         size = samples.shape[0]
+        returns = (batch.rewards * self.first_episode_mask(batch)).sum(0).reshape(groups, cfg.group_size)
+        summary = {
+            "group_return_std": float(returns.std(1).mean()),
+            "informative_groups": float((returns.max(1).values > returns.min(1).values).float().mean()),
+        }
+        if size == 0:  # every group uniform and dropped: nothing to learn from this batch
+            return {"policy_loss": 0.0, "entropy": 0.0, "approx_kl": 0.0, **summary}
         minibatch = max(1, size // cfg.num_minibatches)
         stats: dict[str, list[float]] = {"policy_loss": [], "entropy": [], "approx_kl": []}
         for _ in range(cfg.update_epochs):
@@ -127,11 +151,7 @@ class GRPO:
                 stats["policy_loss"].append(float(policy_loss.detach()))
                 stats["entropy"].append(float(entropy.detach()))
                 stats["approx_kl"].append(float(approx_kl.detach()))
-        returns = (batch.rewards * mask).sum(0).reshape(groups, cfg.group_size)
-        return {
-            **{k: float(np.mean(v)) for k, v in stats.items()},
-            "group_return_std": float(returns.std(1).mean()),
-        }
+        return {**{k: float(np.mean(v)) for k, v in stats.items()}, **summary}
 
     def state_dict(self) -> dict:
         return {"optimizer": self.optimizer.state_dict()}
