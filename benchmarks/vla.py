@@ -282,6 +282,12 @@ def main() -> None:
         "--noise-level", type=float, default=None, help="flow families: the Flow-SDE noise level of RL"
     )
     parser.add_argument(
+        "--flow-sde-steps",
+        choices=["all", "one"],
+        default="all",
+        help="flow families: every denoising step the SDE's, or one random step per chunk (RLinf's joint_logprob: false)",
+    )
+    parser.add_argument(
         "--ratio-level",
         choices=["chunk", "token"],
         default="chunk",
@@ -330,12 +336,16 @@ def main() -> None:
                      "eval_episodes": args.eval_episodes, "critic_warmup": args.critic_warmup, "seed": args.seed,
                      "temperature": args.temperature, "noise_level": args.noise_level,
                      "ratio_level": args.ratio_level, "clip_high": args.clip_high, "group_size": args.group_size,
-                     "group_std": not args.no_group_std, "drop_uniform_groups": args.drop_uniform_groups,
+                     "group_std": not args.no_group_std, "flow_sde_steps": args.flow_sde_steps, "drop_uniform_groups": args.drop_uniform_groups,
                      "heads": {}}  # fmt: skip
     for head in args.heads.split(","):
         sampling = {"sampling_temperature": args.temperature}
         if args.noise_level is not None:  # read by the flow families only
             sampling["flow_noise_level"] = args.noise_level
+        if (
+            args.flow_sde_steps != "all"
+        ):  # flow families only; not in the SFT cache's name (SFT never samples)
+            sampling["flow_sde_steps"] = args.flow_sde_steps
         # the SFT start depends on nothing RL changes: kept in --work for the next run to reuse
         chunk = FIXED_CHUNK.get(head, args.chunk)
         cache = (

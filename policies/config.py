@@ -9,6 +9,7 @@ from protos.typed_config import dataclass_from_dict
 
 # The published families, randomly initialised at about a million parameters (tests, CPU runs):
 TINY_BACKBONES = ("tiny:openvla", "tiny:openvla-oft", "tiny:pi0", "tiny:pi05", "tiny:smolvla")
+FLOW_SDE_STEPS = ("all", "one")  # policy.vla.flow_sde_steps
 # Keys of the look-alike VLA (our own heads on LLaVA / PaliGemma backbones), removed once the real
 # families carried every test, preset and benchmark; a config that still has one is told so.
 REMOVED_VLA_KEYS = ("head", "action_bins", "max_instruction_tokens", "state_tokens", "gradient_checkpointing",
@@ -31,6 +32,9 @@ class VLAConfig:
     flow_steps: int = 5  # π0 / π0.5 / SmolVLA: denoising steps per chunk (upstream samples with 10)
     flow_noise_level: float = 0.5  # flow: the SDE's noise scale ``a`` (sigma_t = a sqrt(t / (1 - t)))
     sampling_temperature: float = 1.0  # rollouts: softmax(logits / T) (tokens), chains from N(0, T²I) (flow)
+    # flow: "all" denoising steps are the SDE's (the chunk's log-prob sums them), or "one" random step per
+    # chunk is and the rest are upstream's Euler steps (its log-prob is that step's; RLinf's joint_logprob: false)
+    flow_sde_steps: str = "all"
     dims: str = ""  # sizes where the checkpoint's config names variants its weights do not have
     tokenizer: str = ""  # the tokenizer's folder, where the checkpoint has none (openpi's never does)
     asset_id: str = ""  # openpi: which assets/<asset_id>/norm_stats.json
@@ -49,6 +53,10 @@ class VLAConfig:
             raise ValueError(f"policy.vla.flow_steps must be >= 1, got {self.flow_steps}")
         if not self.sampling_temperature > 0:
             raise ValueError(f"policy.vla.sampling_temperature must be > 0, got {self.sampling_temperature}")
+        if self.flow_sde_steps not in FLOW_SDE_STEPS:
+            raise ValueError(
+                f"policy.vla.flow_sde_steps must be one of {list(FLOW_SDE_STEPS)}, got {self.flow_sde_steps!r}"
+            )
         if self.lora_rank < 0:
             raise ValueError(f"policy.vla.lora_rank must be >= 0, got {self.lora_rank}")
 

@@ -13,6 +13,10 @@ Flow-GRPO): with ``sigma_t = a * sqrt(t / (1 - t))``,
 Each step is a Gaussian whose mean depends on the expert, so the log-prob of the whole chain (the
 sampled chunk) is the sum of the steps' Gaussian log-probs, which PPO and GRPO ratio. At ``a = 0``
 each step is upstream's Euler step exactly.
+
+With one SDE step per chunk (``flow_sde_steps="one"``, RLinf's ``joint_logprob: false``, πRL's
+mixed ODE-SDE rollout), a random step is the SDE's and the others are Euler steps: the chain
+stays on the ODE's path but for one perturbation, and the chunk's log-prob is that step's.
 """
 
 from __future__ import annotations
@@ -52,10 +56,25 @@ class FlowSchedule:
         drift = v + sigma**2 / (2.0 * t) * (x + (1.0 - t) * v)
         return x - self.dt * drift, sigma * math.sqrt(self.dt)
 
+    def sde_step_rows(
+        self, x: torch.Tensor, v: torch.Tensor, t: torch.Tensor
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """:meth:`step`'s SDE step with a time per row (``t`` [B]): the means and the stds [B]."""
+        capped = t.clamp(max=1.0 - self.dt) if self.steps > 1 else torch.full_like(t, 0.5)
+        sigma = self.noise_level * torch.sqrt(capped / (1.0 - capped))
+        shape = (-1,) + (1,) * (x.dim() - 1)
+        drift = v + (sigma**2 / (2.0 * t)).view(shape) * (x + (1.0 - t).view(shape) * v)
+        return x - self.dt * drift, sigma * math.sqrt(self.dt)
 
-def gaussian_log_prob_terms(x: torch.Tensor, mean: torch.Tensor, std: float) -> torch.Tensor:
-    """Per element, flattened over every dimension but the first: [B, K]."""
-    per = -0.5 * ((x - mean) / std) ** 2 - math.log(std) - 0.5 * math.log(2 * math.pi)
+
+def gaussian_log_prob_terms(x: torch.Tensor, mean: torch.Tensor, std: float | torch.Tensor) -> torch.Tensor:
+    """Per element, flattened over every dimension but the first: [B, K]. ``std``: one, or one per row [B]."""
+    if isinstance(std, torch.Tensor):
+        std = std.view((-1,) + (1,) * (x.dim() - 1))
+        log_std = torch.log(std)
+    else:
+        log_std = math.log(std)
+    per = -0.5 * ((x - mean) / std) ** 2 - log_std - 0.5 * math.log(2 * math.pi)
     return per.flatten(1)
 
 

@@ -67,6 +67,48 @@ def test_act_gives_chunks_in_bounds_and_evaluate_reproduces_their_log_prob(env, 
 
 
 @pytest.mark.parametrize("family", FAMILIES)
+def test_one_sde_step_per_chunk_leaves_the_rest_on_eulers_path_and_evaluate_scores_that_step(env, family):
+    policy = tiny(env, family, vla={"flow_sde_steps": "one"})
+    obs = observations(env)
+    torch.manual_seed(1)
+    out = policy.act(obs)
+    steps, dims = policy.schedule.steps, env.env_spec.action.dim
+    assert out.samples.shape[:2] == (4, steps + 2)  # the chain, then the SDE step's index
+    noisy = out.samples[:, -1, 0, 0].long()
+    assert set(noisy.tolist()) <= set(range(steps)) and torch.all(out.samples[:, -1] == noisy.view(4, 1, 1))
+    prefix, state = policy._prefix(obs)
+    with torch.no_grad():
+        for k, t in enumerate(policy.schedule.times()):
+            x = out.samples[:, k]
+            euler, _ = policy.schedule.step(x, policy._velocity(prefix, state, x, t), t, stochastic=False)
+            off_path = (out.samples[:, k + 1, :, :dims] - euler[..., :dims]).abs().amax((1, 2))
+            assert torch.all(off_path[noisy != k] < 1e-6) and torch.all(off_path[noisy == k] > 1e-3), (
+                k,
+                off_path,
+            )
+    assert torch.equal(policy.env_actions(out.samples[:, steps]), out.actions)
+    evaluation = policy.evaluate(obs, out.samples)
+    torch.testing.assert_close(evaluation.log_prob, out.log_prob, atol=1e-5, rtol=1e-6)
+    torch.testing.assert_close(evaluation.log_prob_terms, out.log_prob_terms, atol=1e-5, rtol=1e-6)
+    # that step under the all-steps sampler's formula (same weights) gives the same log-prob
+    joint = tiny(env, family)
+    joint.load_state_dict(policy.state_dict())
+    expected = torch.zeros(4)
+    with torch.no_grad():
+        prefix, state = joint._prefix(obs)
+        for k, t in enumerate(joint.schedule.times()):
+            x = out.samples[:, k]
+            mean, std = joint.schedule.step(x, joint._velocity(prefix, state, x, t), t, stochastic=True)
+            step = torch.distributions.Normal(mean[..., :dims], std).log_prob(out.samples[:, k + 1, :, :dims])
+            expected = torch.where(noisy == k, step.sum((1, 2)), expected)
+    torch.testing.assert_close(out.log_prob, expected, atol=1e-4, rtol=1e-5)
+    with pytest.raises(ValueError, match="were they sampled with flow_sde_steps=all"):
+        policy.evaluate(obs, out.samples[:, :-1])
+    greedy = policy.act(obs, "greedy")
+    torch.testing.assert_close(greedy.actions, joint.act(obs, "greedy").actions)  # greedy: Euler's, unchanged
+
+
+@pytest.mark.parametrize("family", FAMILIES)
 def test_a_sampling_temperature_scales_the_chains_starting_noise(env, family):
     cold, warm = tiny(env, family, vla={"sampling_temperature": 0.25}), tiny(env, family)
     obs = observations(env)
@@ -85,10 +127,10 @@ def test_a_sampling_temperature_scales_the_chains_starting_noise(env, family):
     assert not torch.allclose(warm.act(obs).actions, warm.act(obs, "greedy").actions, atol=1e-3, rtol=0)
 
 
-@pytest.mark.parametrize("ratio_level", ["chunk", "token"])
+@pytest.mark.parametrize(("ratio_level", "sde_steps"), [("chunk", "all"), ("token", "all"), ("token", "one")])
 @pytest.mark.parametrize("family", FAMILIES)
-def test_a_grpo_step_moves_log_probs_in_the_sign_of_the_advantages(env, family, ratio_level):
-    policy = tiny(env, family, value_head=False)
+def test_a_grpo_step_moves_log_probs_in_the_sign_of_the_advantages(env, family, ratio_level, sde_steps):
+    policy = tiny(env, family, value_head=False, vla={"flow_sde_steps": sde_steps})
     obs = observations(env)
     out = policy.act(obs)
     grpo = GRPO(
@@ -102,10 +144,10 @@ def test_a_grpo_step_moves_log_probs_in_the_sign_of_the_advantages(env, family, 
     assert moved[[0, 3]].mean() > 0 > moved[[1, 2]].mean(), moved
 
 
-@pytest.mark.parametrize("ratio_level", ["chunk", "token"])
+@pytest.mark.parametrize(("ratio_level", "sde_steps"), [("chunk", "all"), ("token", "all"), ("token", "one")])
 @pytest.mark.parametrize("family", FAMILIES)
-def test_a_ppo_step_moves_log_probs_in_the_sign_of_the_advantages(env, family, ratio_level):
-    policy = tiny(env, family)
+def test_a_ppo_step_moves_log_probs_in_the_sign_of_the_advantages(env, family, ratio_level, sde_steps):
+    policy = tiny(env, family, vla={"flow_sde_steps": sde_steps})
     obs = observations(env)
     out = policy.act(obs)
     ppo = PPO(

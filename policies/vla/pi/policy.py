@@ -240,8 +240,14 @@ class PiPolicy(Policy):
             pooled = pooled.detach()
         return self.value_head(pooled).squeeze(-1)
 
-    def _velocity(self, prefix: PrefixCache, state: torch.Tensor, x: torch.Tensor, t: float) -> torch.Tensor:
-        times = torch.full((x.shape[0],), t, dtype=torch.float32, device=x.device)
+    def _velocity(
+        self, prefix: PrefixCache, state: torch.Tensor, x: torch.Tensor, t: float | torch.Tensor
+    ) -> torch.Tensor:
+        """The expert's velocity at ``x``; ``t`` is one time for all rows, or one per row [B]."""
+        if isinstance(t, torch.Tensor):
+            times = t.to(device=x.device, dtype=torch.float32)
+        else:
+            times = torch.full((x.shape[0],), t, dtype=torch.float32, device=x.device)
         dtype = next(self.model.parameters()).dtype
         return self.model.velocity(prefix, self._state_for_expert(state), x.to(dtype), times).float()
 
@@ -271,14 +277,14 @@ class PiPolicy(Policy):
             if greedy
             else temperature * torch.randn(shape, device=self.device)
         )
+        if not greedy and self.cfg.vla.flow_sde_steps == "one":
+            return self._act_one_sde_step(prefix, state, x)
         # the log-prob's terms: one per chunk step and env action dim, summed over the denoising steps
         chain, terms = [x], torch.zeros(batch, self.chunk_size * self.action_dim, device=self.device)
         for t in self.schedule.times():
             mean, std = self.schedule.step(x, self._velocity(prefix, state, x, t), t, stochastic=not greedy)
             if std > 0:
-                noise = torch.zeros_like(mean)
-                noise[..., : self.action_dim] = torch.randn_like(mean[..., : self.action_dim])
-                x = mean + std * noise
+                x = mean + std * self._action_noise(mean)
                 terms = terms + gaussian_log_prob_terms(
                     x[..., : self.action_dim], mean[..., : self.action_dim], std
                 )
@@ -288,8 +294,41 @@ class PiPolicy(Policy):
         chain = torch.stack(chain, 1)
         return PolicyOutput(self.env_actions(chain[:, -1]), chain, terms.sum(-1), self._value(prefix), terms)
 
+    def _action_noise(self, mean: torch.Tensor) -> torch.Tensor:
+        """N(0, I) in the env's action dims, 0 in the padding (which follows its mean)."""
+        noise = torch.zeros_like(mean)
+        noise[..., : self.action_dim] = torch.randn_like(mean[..., : self.action_dim])
+        return noise
+
+    def _act_one_sde_step(self, prefix, state: torch.Tensor, x: torch.Tensor) -> PolicyOutput:
+        """Euler steps but one, drawn per chunk, that is the SDE's; the chunk's log-prob is that step's.
+        ``samples`` is the chain with one row after it holding the SDE step's index."""
+        batch, steps = x.shape[0], self.schedule.steps
+        noisy_step = torch.randint(0, steps, (batch,), device=self.device)
+        chain, terms = [x], torch.zeros(batch, self.chunk_size * self.action_dim, device=self.device)
+        for k, t in enumerate(self.schedule.times()):
+            v = self._velocity(prefix, state, x, t)
+            euler, _ = self.schedule.step(x, v, t, stochastic=False)
+            mean, std = self.schedule.step(x, v, t, stochastic=True)
+            here = noisy_step == k
+            if std > 0 and bool(here.any()):
+                drawn = mean + std * self._action_noise(mean)
+                x = torch.where(here.view(-1, 1, 1), drawn, euler)
+                step_terms = gaussian_log_prob_terms(
+                    x[..., : self.action_dim], mean[..., : self.action_dim], std
+                )
+                terms = terms + step_terms * here.unsqueeze(1)
+            else:
+                x = euler
+            chain.append(x)
+        which = noisy_step.float().view(batch, 1, 1, 1).expand(batch, 1, *x.shape[1:])
+        samples = torch.cat([torch.stack(chain, 1), which], 1)
+        return PolicyOutput(self.env_actions(x), samples, terms.sum(-1), self._value(prefix), terms)
+
     def evaluate(self, obs: dict[str, Any], samples: torch.Tensor) -> PolicyEvaluation:
         prefix, state = self._prefix(obs)
+        if self.cfg.vla.flow_sde_steps == "one":
+            return self._evaluate_one_sde_step(prefix, state, samples.to(self.device).float())
         chain = samples.to(self.device).float()
         batch, dims = chain.shape[0], self.action_dim
         terms = torch.zeros(batch, self.chunk_size * dims, device=self.device)
@@ -304,6 +343,28 @@ class PiPolicy(Policy):
                     0.5 * math.log(2 * math.pi * math.e) + math.log(std)
                 )
         return PolicyEvaluation(terms.sum(-1), entropy, self._value(prefix), terms)
+
+    def _evaluate_one_sde_step(self, prefix, state: torch.Tensor, samples: torch.Tensor) -> PolicyEvaluation:
+        """Re-scores each chunk's SDE step alone: one expert pass per chunk, at that step's x and t."""
+        steps = self.schedule.steps
+        if samples.shape[1] != steps + 2:
+            raise ValueError(
+                f"flow_sde_steps=one: samples must hold the chain ({steps + 1} rows) and the SDE step's index "
+                f"(1 row), got {samples.shape[1]} rows; were they sampled with flow_sde_steps=all?"
+            )
+        batch, dims = samples.shape[0], self.action_dim
+        if self.schedule.noise_level == 0.0:  # every step was Euler's: a point mass, no log-prob to credit
+            zeros = torch.zeros(batch, self.chunk_size * dims, device=self.device)
+            return PolicyEvaluation(zeros.sum(-1), zeros.sum(-1), self._value(prefix), zeros)
+        rows = torch.arange(batch, device=self.device)
+        noisy_step = samples[:, -1, 0, 0].round().long()
+        times = torch.tensor(self.schedule.times(), device=self.device)[noisy_step]
+        x, x_next = samples[rows, noisy_step], samples[rows, noisy_step + 1]
+        v = self._velocity(prefix, state, x, times)
+        mean, std = self.schedule.sde_step_rows(x, v, times)
+        terms = gaussian_log_prob_terms(x_next[..., :dims], mean[..., :dims], std)
+        entropy = self.chunk_size * dims * (0.5 * math.log(2 * math.pi * math.e) + torch.log(std))
+        return PolicyEvaluation(terms.sum(-1), entropy.expand(batch), self._value(prefix), terms)
 
     def value(self, obs: dict[str, Any]) -> torch.Tensor:
         if self.value_head is None:
