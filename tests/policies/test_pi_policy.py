@@ -263,10 +263,14 @@ def test_train_runs_grpo_on_it_unchanged_and_saves_a_loadable_policy(family, tmp
         "policy.vla.flow_steps=2", "policy.chunk_size=2", "policy.value_head=false", "env.id=rlinf/FrankaReach-v0",
         "env.num_envs=4", "env.backend=inline", env_yaml, "algo.group_size=2", "run.eval_every=0", "run.video=false",
         "run.final_eval_episodes=0", "run.total_env_steps=16", f"run.output_dir={tmp_path}",
+        # π0.5 also runs RLinf's one-SDE-step sampler under the OFT GRPO recipe's options
+        *(["policy.vla.flow_sde_steps=one", "algo.ratio_level=token", "algo.scale_by_group_std=false",
+           "algo.drop_uniform_groups=true"] if family == "pi05" else []),
     ])  # fmt: skip
     Runner(cfg).run()
     saved = load_policy(latest_checkpoint(tmp_path) / POLICY_DIR)
     assert isinstance(saved, PiPolicy) and type(saved) is tiny_policy_class(family)
+    assert saved.cfg.vla.flow_sde_steps == ("one" if family == "pi05" else "all")
 
 
 def tiny_policy_class(family: str) -> type:

@@ -29,6 +29,11 @@ def test_overrides_are_typed_and_applied():
         (None, ["algo.learning_rat=0.1"], r"algo\.learning_rat"),
         (None, ["algorithm=dqn"], "unknown algorithm 'dqn'"),
         (None, ["policy.kind=transformer"], "policy.kind must be"),
+        (
+            "vla_grpo_pick_color",
+            ["policy.vla.flow_sde_steps=two"],
+            r"policy\.vla\.flow_sde_steps must be one of",
+        ),
         (None, ["run.seed"], "must look like key=value"),
         ("no_such_preset", [], "unknown config 'no_such_preset'; presets:"),
         ("missing.yaml", [], "does not exist"),
