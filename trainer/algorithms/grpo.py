@@ -94,16 +94,23 @@ class GRPO:
         """Each env's first-episode advantage [N] and the first-episode mask [T, N]; with
         ``drop_uniform_groups`` the mask is 0 for every env of a group whose returns are all equal."""
         mask = self.first_episode_mask(batch)
-        returns = (batch.rewards * mask).sum(0)  # [N]
-        grouped = returns.reshape(groups, self.cfg.group_size)
-        spread = grouped.std(1, keepdim=True)
+        grouped = self.group_returns(batch, groups)
         advantages = grouped - grouped.mean(1, keepdim=True)
         if self.cfg.scale_by_group_std:
-            advantages = advantages / (spread + 1e-6)
+            advantages = advantages / (grouped.std(1, keepdim=True) + 1e-6)
         if self.cfg.drop_uniform_groups:
-            informative = (grouped.max(1).values > grouped.min(1).values).float()  # [groups]
+            informative = self.informative(grouped).float()
             mask = mask * informative.repeat_interleave(self.cfg.group_size).unsqueeze(0)
         return advantages.reshape(-1), mask
+
+    def group_returns(self, batch: OnPolicyBatch, groups: int) -> torch.Tensor:
+        """[groups, group_size]: each env's first-episode return."""
+        return (batch.rewards * self.first_episode_mask(batch)).sum(0).reshape(groups, self.cfg.group_size)
+
+    @staticmethod
+    def informative(grouped: torch.Tensor) -> torch.Tensor:
+        """[groups]: whether a group's returns differ (a uniform group's advantages are all 0)."""
+        return grouped.max(1).values > grouped.min(1).values
 
     def update(self, batch: OnPolicyBatch) -> dict[str, float]:
         cfg, policy = self.cfg, self.policy
@@ -120,10 +127,10 @@ class GRPO:
         old_terms = flat_log_prob_terms(batch)[keep] if cfg.ratio_level == "token" else None
         advantages = advantages[keep]
         size = samples.shape[0]
-        returns = (batch.rewards * self.first_episode_mask(batch)).sum(0).reshape(groups, cfg.group_size)
+        returns = self.group_returns(batch, groups)
         summary = {
             "group_return_std": float(returns.std(1).mean()),
-            "informative_groups": float((returns.max(1).values > returns.min(1).values).float().mean()),
+            "informative_groups": float(self.informative(returns).float().mean()),
         }
         if size == 0:  # every group uniform and dropped: nothing to learn from this batch
             return {"policy_loss": 0.0, "entropy": 0.0, "approx_kl": 0.0, **summary}
