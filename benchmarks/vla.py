@@ -81,11 +81,13 @@ VALUE_LEARNING_RATE = 3e-3
 
 
 def evaluate(policy, venv, episodes: int) -> dict[str, float]:
-    """Greedy success and return over ``episodes`` held-out seeds (num_envs at a time)."""
+    """Greedy success and return over ``episodes`` held-out seeds (num_envs at a time; of the last
+    batch, only the envs whose seeds are among the first ``episodes``, whatever ``--num-envs`` is)."""
     finished = []
     for start in range(0, episodes, venv.num_envs):
         torch.manual_seed(0)
-        finished += play_greedy(venv, policy, EVAL_SEED + start)[1]
+        wanted = episodes - start
+        finished += [e for e in play_greedy(venv, policy, EVAL_SEED + start)[1] if e.env_index < wanted]
     return {
         "success": float(np.mean([e.success for e in finished])),
         "return": float(np.mean([e.episode_return for e in finished])),
