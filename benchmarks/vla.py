@@ -310,12 +310,19 @@ def main() -> None:
     parser.add_argument(
         "--drop-uniform-groups", action="store_true", help="GRPO: leave groups with equal returns out"
     )
+    parser.add_argument(
+        "--rl-train-expert-only",
+        action="store_true",
+        help="RL trains the flow families' action expert only, the VLM frozen (SFT trains all of it)",
+    )
     parser.add_argument("--work", default="runs/bench_vla")
     parser.add_argument("--out", default=str(RESULTS / "vla.json"))
     args = parser.parse_args()
     unknown = sorted(set(args.algorithms.split(",")) - {"grpo", "ppo"})
     if unknown:
         parser.error(f"--algorithms: unknown {unknown[0]!r}; known: grpo, ppo")
+    if args.rl_train_expert_only and not set(args.heads.split(",")) <= {"pi0", "pi05", "smolvla"}:
+        parser.error("--rl-train-expert-only: only the flow heads (pi0, pi05, smolvla) have an action expert")
     if args.sft_updates < 1:
         parser.error("--sft-updates must be at least 1")
     if not 0 <= args.seed < EVAL_SEED // TRAIN_SEED_STRIDE:
@@ -339,7 +346,7 @@ def main() -> None:
                      "temperature": args.temperature, "noise_level": args.noise_level,
                      "ratio_level": args.ratio_level, "clip_high": args.clip_high, "group_size": args.group_size,
                      "group_std": not args.no_group_std, "flow_sde_steps": args.flow_sde_steps, "drop_uniform_groups": args.drop_uniform_groups,
-                     "heads": {}}  # fmt: skip
+                     "rl_train_expert_only": args.rl_train_expert_only, "heads": {}}  # fmt: skip
     for head in args.heads.split(","):
         sampling = {"sampling_temperature": args.temperature}
         if args.noise_level is not None:  # read by the flow families only
@@ -369,9 +376,12 @@ def main() -> None:
         }
         print(f"{head}: SFT {record['sft']}, rollout {record['rollout']}", flush=True)
         for name in args.algorithms.split(","):
+            learner = copy.deepcopy(policy)
+            if args.rl_train_expert_only:  # as policy.vla.train_expert_only does for an RL run from SFT
+                learner.vlm_module().requires_grad_(False)
             record[name] = rl(
                 name,
-                copy.deepcopy(policy),
+                learner,
                 rl_venv,
                 venv,
                 head,

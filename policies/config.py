@@ -39,6 +39,7 @@ class VLAConfig:
     tokenizer: str = ""  # the tokenizer's folder, where the checkpoint has none (openpi's never does)
     asset_id: str = ""  # openpi: which assets/<asset_id>/norm_stats.json
     train_vision: bool = False  # the vision tower trains too (frozen by default, as upstream's LoRA)
+    train_expert_only: bool = False  # π0 / π0.5 / SmolVLA: the VLM frozen, the expert trains (LeRobot's)
     unnorm_key: str = ""  # OpenVLA: which of the checkpoint's norm_stats map its bins to actions
 
     def __post_init__(self) -> None:

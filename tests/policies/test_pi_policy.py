@@ -161,6 +161,34 @@ def test_a_ppo_step_moves_log_probs_in_the_sign_of_the_advantages(env, family, r
     assert moved[[0, 3]].mean() > 0 > moved[[1, 2]].mean(), moved
 
 
+@pytest.mark.parametrize("family", FAMILIES)
+def test_train_expert_only_moves_the_expert_and_leaves_the_vlm_as_it_was(env, family):
+    policy = tiny(env, family, value_head=False, vla={"train_expert_only": True})
+    vlm = {n for n, _ in policy.vlm_module().named_parameters()}
+    assert vlm and not any(p.requires_grad for p in policy.vlm_module().parameters())
+    vlm_before = {n: p.detach().clone() for n, p in policy.vlm_module().named_parameters()}
+    expert_before = {n: p.detach().clone() for n, p in policy.expert_module().named_parameters()}
+    obs = observations(env)
+    out = policy.act(obs)
+    grpo = GRPO(policy, GRPOConfig(group_size=2, learning_rate=1e-3, update_epochs=1, num_minibatches=1))
+    grpo.update(one_decision_batch(obs, out, [1.0, 0.0, 0.0, 1.0]))
+    for name, param in policy.vlm_module().named_parameters():
+        assert torch.equal(param, vlm_before[name]), name
+    moved_expert = [
+        n for n, p in policy.expert_module().named_parameters() if not torch.equal(p, expert_before[n])
+    ]
+    assert moved_expert
+    moved = policy.evaluate(obs, out.samples).log_prob.detach() - out.log_prob
+    assert moved[[0, 3]].mean() > 0 > moved[[1, 2]].mean(), moved
+
+
+def test_train_expert_only_on_openvla_is_one_line(env):
+    cfg = PolicyConfig(kind="vla", cameras=["front"], chunk_size=1,
+                       vla=VLAConfig(backbone="tiny:openvla", train_expert_only=True))  # fmt: skip
+    with pytest.raises(ValueError, match="train_expert_only is for the flow families"):
+        make_policy(env.env_spec, cfg)
+
+
 @pytest.mark.parametrize("family", ["pi0", "pi05"])
 def test_lora_targets_the_real_module_names_and_the_vision_tower_is_frozen(env, family):
     full = tiny(env, family, value_head=False)

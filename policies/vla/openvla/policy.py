@@ -108,6 +108,10 @@ class OpenVLAPolicy(Policy):
         super().__init__()
         self.spec, self.cfg, vla = spec, cfg, cfg.vla
         self.chunk_size, self.action_dim = 1, spec.action.dim
+        if vla.train_expert_only:
+            raise ValueError(
+                "policy.vla.train_expert_only is for the flow families (π0, π0.5, SmolVLA); OpenVLA has no action expert"
+            )
         if len(cfg.cameras) != 1 or cfg.cameras[0] not in spec.camera_names:
             raise ValueError(
                 f"OpenVLA sees one camera: set policy.cameras to one of the env's {list(spec.camera_names)} "

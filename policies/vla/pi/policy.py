@@ -116,6 +116,8 @@ class PiPolicy(Policy):
             self._vision_module().requires_grad_(False)
         if vla.lora_rank > 0:
             self._add_lora(vla.lora_rank)
+        if vla.train_expert_only:
+            self.vlm_module().requires_grad_(False)
 
     # -- building ------------------------------------------------------------------------------
     def _init_checkpoint(self, folder: Path, weights: bool) -> None:
@@ -145,6 +147,10 @@ class PiPolicy(Policy):
 
     def _vision_module(self) -> nn.Module:
         return self.model.vlm.vision_tower
+
+    def vlm_module(self) -> nn.Module:
+        """The PaliGemma (vision tower, projector, language model): what reads the prefix."""
+        return self.model.vlm
 
     def _init_tiny(self, backbone: str) -> None:
         from policies.vla.tiny import word_tokenizer

@@ -110,6 +110,9 @@ class SmolVLAPolicy(PiPolicy):
     def _vision_module(self) -> nn.Module:
         return self.model.vlm_with_expert.vlm.model.vision_model
 
+    def vlm_module(self) -> nn.Module:
+        return self.model.vlm_with_expert.vlm
+
     def expert_module(self) -> nn.Module:
         return self.model.vlm_with_expert.lm_expert
 
