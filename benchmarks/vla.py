@@ -9,7 +9,9 @@ iterations fitting only the critic) for ``--rl-minutes`` each on CPU. RL's rewar
 success (``--rl-reward sparse``, as RLinf's and SimpleVLA-RL's VLA recipes use; measured: the
 dense shaped reward made GRPO undo the SFT start, 0.27 -> 0.15). Success and return are greedy, in
 the dense-reward env, on ``--eval-episodes`` seeds that neither the demos (10000+) nor training (0+)
-reset from.
+reset from (greedy: tokens by argmax, flow chains from x0 = 0). The flow families are also scored
+under upstream's own sampler (``upstream_sampler``: Euler steps from a seeded x0 ~ N(0, I), as
+openpi and LeRobot deploy them).
 
     python benchmarks/vla.py [--task rlinf/FrankaPickColor-v0] [--demos 40] [--demo-noise 0] [--sft-updates 1500]
                              [--sft-lr 1e-3] [--rl-minutes 8] [--rl-reward sparse|dense]
@@ -48,8 +50,9 @@ import torch
 import sim_envs
 from policies import PolicyConfig, make_policy
 from policies.config import VLAConfig
+from policies.vla.flow_sde import FlowSchedule
 from trainer.algorithms.bc import BC, BCConfig
-from trainer.algorithms.common import play_greedy
+from trainer.algorithms.common import decisions_per_episode, play_greedy
 from trainer.algorithms.grpo import GRPO, GRPOConfig
 from trainer.algorithms.ppo import PPO, PPOConfig
 from trainer.expert_demos import DemoConfig, record_expert_demos
@@ -88,6 +91,34 @@ def evaluate(policy, venv, episodes: int) -> dict[str, float]:
         torch.manual_seed(0)
         wanted = episodes - start
         finished += [e for e in play_greedy(venv, policy, EVAL_SEED + start)[1] if e.env_index < wanted]
+    return {
+        "success": float(np.mean([e.success for e in finished])),
+        "return": float(np.mean([e.episode_return for e in finished])),
+    }
+
+
+def upstream_sampler(policy):
+    """A flow policy as upstream deploys it: Euler steps from x0 ~ N(0, I), no SDE noise (a copy)."""
+    deployed = copy.deepcopy(policy)
+    vla = dataclasses.replace(
+        policy.cfg.vla, flow_noise_level=0.0, sampling_temperature=1.0, flow_sde_steps="all"
+    )
+    deployed.cfg = dataclasses.replace(policy.cfg, vla=vla)
+    deployed.schedule = FlowSchedule(policy.schedule.steps, 0.0)
+    return deployed
+
+
+def evaluate_upstream_sampler(policy, venv, episodes: int) -> dict[str, float]:
+    """Success and return of :func:`upstream_sampler` on the same held-out seeds as :func:`evaluate`,
+    x0 drawn from a fixed torch seed per batch."""
+    deployed, finished = upstream_sampler(policy), []
+    for start in range(0, episodes, venv.num_envs):
+        torch.manual_seed(start)
+        obs, _ = venv.reset(seed=EVAL_SEED + start)
+        for _ in range(decisions_per_episode(venv, deployed)):
+            result = venv.chunk_step(deployed.act(obs).actions.cpu().numpy())
+            finished += [e for e in result.finished if e.env_index < episodes - start]
+            obs = result.obs
     return {
         "success": float(np.mean([e.success for e in finished])),
         "return": float(np.mean([e.episode_return for e in finished])),
@@ -159,7 +190,15 @@ def rl(
         "learning_rate": lr,
         "curve": curve,
         **evaluate(policy, eval_venv, eval_episodes),
+        **flow_scores(policy, eval_venv, eval_episodes),
     }
+
+
+def flow_scores(policy, venv, episodes: int) -> dict:
+    """For the flow families, the score under upstream's own sampler beside the greedy one."""
+    if not hasattr(policy, "schedule"):
+        return {}
+    return {"upstream_sampler": evaluate_upstream_sampler(policy, venv, episodes)}
 
 
 def rollout_throughput(policy, venv, decisions: int = 20) -> dict[str, float]:
@@ -371,6 +410,7 @@ def main() -> None:
                 "loss_last": losses[-1],
                 "seconds": sft_s,
                 **evaluate(policy, venv, args.eval_episodes),
+                **flow_scores(policy, venv, args.eval_episodes),
             },
             "rollout": rollout_throughput(policy, venv),
         }
