@@ -51,6 +51,7 @@ import sim_envs
 from policies import PolicyConfig, make_policy
 from policies.config import VLAConfig
 from policies.vla.flow_sde import FlowSchedule
+from policies.vla.pi.policy import PiPolicy
 from trainer.algorithms.bc import BC, BCConfig
 from trainer.algorithms.common import decisions_per_episode, play_greedy
 from trainer.algorithms.grpo import GRPO, GRPOConfig
@@ -83,21 +84,30 @@ CRITIC_WARMUP = 15
 VALUE_LEARNING_RATE = 3e-3
 
 
-def evaluate(policy, venv, episodes: int) -> dict[str, float]:
-    """Greedy success and return over ``episodes`` held-out seeds (num_envs at a time; of the last
-    batch, only the envs whose seeds are among the first ``episodes``, whatever ``--num-envs`` is)."""
+def held_out_score(venv, episodes: int, play_batch) -> dict[str, float]:
+    """Success and return over the first ``episodes`` held-out seeds, ``num_envs`` at a time:
+    ``play_batch(start)`` plays one episode per env from seed ``EVAL_SEED + start + i``; of the last
+    batch, only the envs whose seeds are among the first ``episodes`` count, whatever ``--num-envs`` is."""
     finished = []
     for start in range(0, episodes, venv.num_envs):
-        torch.manual_seed(0)
-        wanted = episodes - start
-        finished += [e for e in play_greedy(venv, policy, EVAL_SEED + start)[1] if e.env_index < wanted]
+        finished += [e for e in play_batch(start) if e.env_index < episodes - start]
     return {
         "success": float(np.mean([e.success for e in finished])),
         "return": float(np.mean([e.episode_return for e in finished])),
     }
 
 
-def upstream_sampler(policy):
+def evaluate(policy, venv, episodes: int) -> dict[str, float]:
+    """Greedy success and return on the held-out seeds."""
+
+    def play_batch(start: int):
+        torch.manual_seed(0)
+        return play_greedy(venv, policy, EVAL_SEED + start)[1]
+
+    return held_out_score(venv, episodes, play_batch)
+
+
+def upstream_sampler(policy: PiPolicy) -> PiPolicy:
     """A flow policy as upstream deploys it: Euler steps from x0 ~ N(0, I), no SDE noise (a copy)."""
     deployed = copy.deepcopy(policy)
     vla = dataclasses.replace(
@@ -108,21 +118,24 @@ def upstream_sampler(policy):
     return deployed
 
 
-def evaluate_upstream_sampler(policy, venv, episodes: int) -> dict[str, float]:
-    """Success and return of :func:`upstream_sampler` on the same held-out seeds as :func:`evaluate`,
-    x0 drawn from a fixed torch seed per batch."""
-    deployed, finished = upstream_sampler(policy), []
-    for start in range(0, episodes, venv.num_envs):
+def flow_scores(policy, venv, episodes: int) -> dict:
+    """For the flow families, the score under :func:`upstream_sampler` beside the greedy one, on the
+    same held-out seeds, x0 drawn from a fixed torch seed per batch."""
+    if not isinstance(policy, PiPolicy):
+        return {}
+    deployed = upstream_sampler(policy)
+
+    def play_batch(start: int):
         torch.manual_seed(start)
         obs, _ = venv.reset(seed=EVAL_SEED + start)
+        finished = []
         for _ in range(decisions_per_episode(venv, deployed)):
             result = venv.chunk_step(deployed.act(obs).actions.cpu().numpy())
-            finished += [e for e in result.finished if e.env_index < episodes - start]
+            finished += result.finished
             obs = result.obs
-    return {
-        "success": float(np.mean([e.success for e in finished])),
-        "return": float(np.mean([e.episode_return for e in finished])),
-    }
+        return finished
+
+    return {"upstream_sampler": held_out_score(venv, episodes, play_batch)}
 
 
 def rl(
@@ -192,13 +205,6 @@ def rl(
         **evaluate(policy, eval_venv, eval_episodes),
         **flow_scores(policy, eval_venv, eval_episodes),
     }
-
-
-def flow_scores(policy, venv, episodes: int) -> dict:
-    """For the flow families, the score under upstream's own sampler beside the greedy one."""
-    if not hasattr(policy, "schedule"):
-        return {}
-    return {"upstream_sampler": evaluate_upstream_sampler(policy, venv, episodes)}
 
 
 def rollout_throughput(policy, venv, decisions: int = 20) -> dict[str, float]:
