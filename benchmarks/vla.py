@@ -50,7 +50,7 @@ import torch
 import sim_envs
 from policies import PolicyConfig, make_policy
 from policies.config import VLAConfig
-from policies.vla.flow_sde import FlowSchedule
+from policies.factory import with_own_rl_heads
 from policies.vla.pi.policy import PiPolicy
 from trainer.algorithms.bc import BC, BCConfig
 from trainer.algorithms.common import decisions_per_episode, play_greedy
@@ -108,13 +108,18 @@ def evaluate(policy, venv, episodes: int) -> dict[str, float]:
 
 
 def upstream_sampler(policy: PiPolicy) -> PiPolicy:
-    """A flow policy as upstream deploys it: Euler steps from x0 ~ N(0, I), no SDE noise (a copy)."""
-    deployed = copy.deepcopy(policy)
+    """A flow policy as upstream deploys it: Euler steps from x0 ~ N(0, I), no SDE or learned noise
+    (a policy of that config, with the same weights and frozen state statistics)."""
     vla = dataclasses.replace(
-        policy.cfg.vla, flow_noise_level=0.0, sampling_temperature=1.0, flow_sde_steps="all"
+        policy.cfg.vla,
+        flow_noise_method="flow_sde",
+        flow_noise_level=0.0,
+        sampling_temperature=1.0,
+        flow_sde_steps="all",
     )
-    deployed.cfg = dataclasses.replace(policy.cfg, vla=vla)
-    deployed.schedule = FlowSchedule(policy.schedule.steps, 0.0)
+    deployed = make_policy(policy.spec, dataclasses.replace(policy.cfg, vla=vla))
+    deployed.load_weights(with_own_rl_heads(deployed, policy.state_dict()))
+    deployed.freeze_normalizers()
     return deployed
 
 
@@ -257,7 +262,7 @@ def sft(
     if cache is not None and (cache / "sft.json").is_file():
         from safetensors.torch import load_file
 
-        policy.load_weights(load_file(str(cache / "model.safetensors")))
+        policy.load_weights(with_own_rl_heads(policy, load_file(str(cache / "model.safetensors"))))
         policy.freeze_normalizers()
         saved = json.loads((cache / "sft.json").read_text())
         return policy, None, saved["losses"], saved["seconds"]
@@ -329,6 +334,12 @@ def main() -> None:
         "--noise-level", type=float, default=None, help="flow families: the Flow-SDE noise level of RL"
     )
     parser.add_argument(
+        "--flow-noise-method",
+        choices=["flow_sde", "flow_noise"],
+        default="flow_sde",
+        help="flow families: RL explores with the SDE (--noise-level) or a learned std (πRL's Flow-Noise)",
+    )
+    parser.add_argument(
         "--flow-sde-steps",
         choices=["all", "one"],
         default="all",
@@ -390,7 +401,8 @@ def main() -> None:
                      "eval_episodes": args.eval_episodes, "critic_warmup": args.critic_warmup, "seed": args.seed,
                      "temperature": args.temperature, "noise_level": args.noise_level,
                      "ratio_level": args.ratio_level, "clip_high": args.clip_high, "group_size": args.group_size,
-                     "group_std": not args.no_group_std, "flow_sde_steps": args.flow_sde_steps, "drop_uniform_groups": args.drop_uniform_groups,
+                     "group_std": not args.no_group_std, "flow_sde_steps": args.flow_sde_steps,
+                     "flow_noise_method": args.flow_noise_method, "drop_uniform_groups": args.drop_uniform_groups,
                      "rl_train_expert_only": args.rl_train_expert_only, "heads": {}}  # fmt: skip
     for head in args.heads.split(","):
         sampling = {"sampling_temperature": args.temperature}
@@ -400,6 +412,8 @@ def main() -> None:
             args.flow_sde_steps != "all"
         ):  # flow families only; not in the SFT cache's name (SFT never samples)
             sampling["flow_sde_steps"] = args.flow_sde_steps
+        if args.flow_noise_method != "flow_sde":  # as flow_sde_steps; the noise head starts fresh in RL
+            sampling["flow_noise_method"] = args.flow_noise_method
         # the SFT start depends on nothing RL changes: kept in --work for the next run to reuse
         chunk = FIXED_CHUNK.get(head, args.chunk)
         cache = (

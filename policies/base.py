@@ -26,6 +26,8 @@ from protos.atomic_files import commit_folder
 POLICY_FILE = "policy.json"
 WEIGHTS_FILE = "model.safetensors"
 VALUE_HEAD_PREFIXES = ("value_head.", "critic.")  # the value head's parameter names start so
+# the heads an RL run may add to an SFT start (PPO's critic, Flow-Noise's std head) and starts fresh
+RL_HEAD_PREFIXES = (*VALUE_HEAD_PREFIXES, "noise_head.")
 
 
 @dataclass

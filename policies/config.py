@@ -10,6 +10,7 @@ from protos.typed_config import dataclass_from_dict
 # The published families, randomly initialised at about a million parameters (tests, CPU runs):
 TINY_BACKBONES = ("tiny:openvla", "tiny:openvla-oft", "tiny:pi0", "tiny:pi05", "tiny:smolvla")
 FLOW_SDE_STEPS = ("all", "one")  # policy.vla.flow_sde_steps
+FLOW_NOISE_METHODS = ("flow_sde", "flow_noise")  # policy.vla.flow_noise_method (πRL's two samplers)
 # Keys of the look-alike VLA (our own heads on LLaVA / PaliGemma backbones), removed once the real
 # families carried every test, preset and benchmark; a config that still has one is told so.
 REMOVED_VLA_KEYS = ("head", "action_bins", "max_instruction_tokens", "state_tokens", "gradient_checkpointing",
@@ -30,8 +31,15 @@ class VLAConfig:
     lora_rank: int = 0  # 0 trains every weight; >0 adds LoRA adapters to the language model(s) (peft)
     dtype: str = "float32"  # "float32" or "bfloat16" (the model's weights; the value head stays float32)
     flow_steps: int = 5  # π0 / π0.5 / SmolVLA: denoising steps per chunk (upstream samples with 10)
-    flow_noise_level: float = 0.5  # flow: the SDE's noise scale ``a`` (sigma_t = a sqrt(t / (1 - t)))
-    sampling_temperature: float = 1.0  # rollouts: softmax(logits / T) (tokens), chains from N(0, T²I) (flow)
+    # flow: how rollouts explore, πRL's "flow_sde" (the SDE with flow_noise_level) or "flow_noise" (Euler steps
+    # plus a std that a small head learns from the expert's output, within flow_noise_std_range)
+    flow_noise_method: str = "flow_sde"
+    flow_noise_level: float = 0.5  # flow_sde: the SDE's noise scale ``a`` (sigma_t = a sqrt(t / (1 - t)))
+    # flow_noise: the [min, max] of the learned std (RLinf's noise_logvar_range)
+    flow_noise_std_range: list[float] = field(default_factory=lambda: [0.08, 0.16])
+    # rollouts: softmax(logits / T) (tokens, T > 0), chains from N(0, T²I) (flow; T = 0 starts every chain at
+    # x0 = 0, the greedy chain's start, and leaves the exploring to the noisy steps)
+    sampling_temperature: float = 1.0
     # flow: "all" denoising steps are the SDE's (the chunk's log-prob sums them), or "one" random step per
     # chunk is and the rest are upstream's Euler steps (its log-prob is that step's; RLinf's joint_logprob: false)
     flow_sde_steps: str = "all"
@@ -52,8 +60,26 @@ class VLAConfig:
             raise ValueError(f"policy.vla.dtype must be 'float32' or 'bfloat16', got {self.dtype!r}")
         if self.flow_steps < 1:
             raise ValueError(f"policy.vla.flow_steps must be >= 1, got {self.flow_steps}")
-        if not self.sampling_temperature > 0:
-            raise ValueError(f"policy.vla.sampling_temperature must be > 0, got {self.sampling_temperature}")
+        if not self.sampling_temperature >= 0:
+            raise ValueError(f"policy.vla.sampling_temperature must be >= 0, got {self.sampling_temperature}")
+        if self.flow_noise_method not in FLOW_NOISE_METHODS:
+            raise ValueError(
+                f"policy.vla.flow_noise_method must be one of {list(FLOW_NOISE_METHODS)}, got {self.flow_noise_method!r}"
+            )
+        low_high = list(self.flow_noise_std_range)
+        if len(low_high) != 2 or not 0 < low_high[0] <= low_high[1]:
+            raise ValueError(
+                f"policy.vla.flow_noise_std_range must be [min, max] with 0 < min <= max, got {low_high}"
+            )
+        if (
+            self.sampling_temperature == 0
+            and self.flow_noise_method == "flow_sde"
+            and self.flow_noise_level == 0
+        ):
+            raise ValueError(
+                "policy.vla.sampling_temperature=0 with flow_noise_level=0 leaves nothing random to explore with; "
+                "set one of them > 0"
+            )
         if self.flow_sde_steps not in FLOW_SDE_STEPS:
             raise ValueError(
                 f"policy.vla.flow_sde_steps must be one of {list(FLOW_SDE_STEPS)}, got {self.flow_sde_steps!r}"

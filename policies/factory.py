@@ -7,7 +7,7 @@ from pathlib import Path
 from typing import Any
 
 from policies.actor_critic import GaussianActorCritic
-from policies.base import POLICY_FILE, VALUE_HEAD_PREFIXES, WEIGHTS_FILE, Policy
+from policies.base import POLICY_FILE, RL_HEAD_PREFIXES, WEIGHTS_FILE, Policy
 from policies.config import PolicyConfig
 from policies.errors import PolicyLoadError
 from protos import EnvSpec
@@ -41,11 +41,12 @@ def make_policy(spec: EnvSpec, cfg: PolicyConfig | dict[str, Any], saved: str | 
     return policy
 
 
-def _with_own_value_head(policy: Policy, weights: dict[str, Any]) -> dict[str, Any]:
-    """An SFT start may lack the value head PPO adds (it starts fresh) or have one GRPO drops."""
+def with_own_rl_heads(policy: Policy, weights: dict[str, Any]) -> dict[str, Any]:
+    """An SFT start may lack the heads RL adds (PPO's value head, Flow-Noise's std head: they start
+    fresh) or have one the RL policy drops (GRPO has no value head)."""
     own = policy.state_dict()
-    kept = {k: v for k, v in weights.items() if k in own or not k.startswith(VALUE_HEAD_PREFIXES)}
-    kept.update({k: v for k, v in own.items() if k not in kept and k.startswith(VALUE_HEAD_PREFIXES)})
+    kept = {k: v for k, v in weights.items() if k in own or not k.startswith(RL_HEAD_PREFIXES)}
+    kept.update({k: v for k, v in own.items() if k not in kept and k.startswith(RL_HEAD_PREFIXES)})
     return kept
 
 
@@ -80,7 +81,7 @@ def _weights_for(policy: Policy, cfg: PolicyConfig, path: Path) -> dict[str, Any
         raise PolicyLoadError(
             f"{where} has policy.chunk_size={saved.chunk_size}; this config asks for {cfg.chunk_size}"
         )
-    return _with_own_value_head(policy, load_file(str(path / WEIGHTS_FILE)))
+    return with_own_rl_heads(policy, load_file(str(path / WEIGHTS_FILE)))
 
 
 def load_policy(path: str | Path, map_location: str = "cpu") -> Policy:

@@ -68,14 +68,28 @@ class FlowSchedule:
 
 
 def gaussian_log_prob_terms(x: torch.Tensor, mean: torch.Tensor, std: float | torch.Tensor) -> torch.Tensor:
-    """Per element, flattened over every dimension but the first: [B, K]. ``std``: one, or one per row [B]."""
+    """Per element, flattened over every dimension but the first: [B, K]. ``std``: one, one per row
+    [B], or one per element (``x``'s shape)."""
     if isinstance(std, torch.Tensor):
-        std = std.view((-1,) + (1,) * (x.dim() - 1))
+        if std.dim() == 1:
+            std = std.view((-1,) + (1,) * (x.dim() - 1))
         log_std = torch.log(std)
     else:
         log_std = math.log(std)
     per = -0.5 * ((x - mean) / std) ** 2 - log_std - 0.5 * math.log(2 * math.pi)
     return per.flatten(1)
+
+
+def gaussian_entropy(
+    std: float | torch.Tensor, shape: tuple[int, ...], device: torch.device | str = "cpu"
+) -> torch.Tensor:
+    """The entropy of independent Gaussians over ``shape`` [B, ...], summed per row: [B]. ``std``: one,
+    one per row [B], or one per element."""
+    std = std if isinstance(std, torch.Tensor) else torch.tensor(float(std), device=device)
+    if std.dim() == 1:
+        std = std.view((-1,) + (1,) * (len(shape) - 1))
+    per = 0.5 * math.log(2 * math.pi * math.e) + torch.log(std)
+    return per.expand(shape).flatten(1).sum(-1)
 
 
 def gaussian_log_prob(x: torch.Tensor, mean: torch.Tensor, std: float) -> torch.Tensor:

@@ -97,9 +97,19 @@ def test_a_sampling_temperature_sharpens_rollouts_and_the_log_probs_are_of_it(en
     )
 
 
-def test_a_temperature_is_positive():
-    with pytest.raises(ValueError, match=r"sampling_temperature must be > 0, got 0\.0"):
-        VLAConfig(sampling_temperature=0.0)
+def test_a_temperature_is_not_negative_and_a_chain_must_have_something_random():
+    with pytest.raises(ValueError, match=r"sampling_temperature must be >= 0, got -0\.5"):
+        VLAConfig(sampling_temperature=-0.5)
+    with pytest.raises(
+        ValueError, match=r"sampling_temperature=0 with flow_noise_level=0 leaves nothing random"
+    ):
+        VLAConfig(sampling_temperature=0.0, flow_noise_level=0.0)
+
+
+@pytest.mark.parametrize("family", FAMILIES)
+def test_the_token_families_refuse_a_temperature_of_zero_in_one_line(env, family):
+    with pytest.raises(ValueError, match=r"sampling_temperature=0 is for the flow families.*needs T > 0"):
+        tiny(env, {"sampling_temperature": 0.0}, family=family)
 
 
 @pytest.mark.parametrize("ratio_level", ["chunk", "token"])

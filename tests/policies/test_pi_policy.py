@@ -127,6 +127,26 @@ def test_a_sampling_temperature_scales_the_chains_starting_noise(env, family):
     assert not torch.allclose(warm.act(obs).actions, warm.act(obs, "greedy").actions, atol=1e-3, rtol=0)
 
 
+@pytest.mark.parametrize("family", FAMILIES)
+def test_at_temperature_zero_every_chain_starts_at_the_greedy_chains_x0_and_only_the_sde_explores(
+    env, family
+):
+    policy = tiny(env, family, vla={"sampling_temperature": 0.0})
+    obs = observations(env)
+    out = policy.act(obs)
+    assert torch.count_nonzero(out.samples[:, 0]) == 0  # x0 = 0, as greedy's
+    torch.testing.assert_close(policy.evaluate(obs, out.samples).log_prob, out.log_prob, atol=1e-5, rtol=1e-6)
+    greedy = policy.act(obs, "greedy")
+    assert not torch.allclose(out.actions, greedy.actions, atol=1e-3, rtol=0)  # the SDE's steps still explore
+    # the first step's mean is greedy's first step: both chains leave x0 = 0 along the same velocity
+    prefix, state = policy._prefix(obs)
+    t0 = policy.schedule.times()[0]
+    euler, _ = policy.schedule.step(
+        out.samples[:, 0], policy._velocity(prefix, state, out.samples[:, 0], t0), t0, stochastic=False
+    )
+    torch.testing.assert_close(euler, greedy.samples[:, 1])
+
+
 @pytest.mark.parametrize(("ratio_level", "sde_steps"), [("chunk", "all"), ("token", "all"), ("token", "one")])
 @pytest.mark.parametrize("family", FAMILIES)
 def test_a_grpo_step_moves_log_probs_in_the_sign_of_the_advantages(env, family, ratio_level, sde_steps):
@@ -159,6 +179,90 @@ def test_a_ppo_step_moves_log_probs_in_the_sign_of_the_advantages(env, family, r
     ppo.update(one_decision_batch(obs, out, [2.0, -2.0, -2.0, 2.0]))
     moved = policy.evaluate(obs, out.samples).log_prob.detach() - out.log_prob
     assert moved[[0, 3]].mean() > 0 > moved[[1, 2]].mean(), moved
+
+
+FLOW_NOISE = {"flow_noise_method": "flow_noise", "flow_noise_std_range": [0.05, 0.2]}
+
+
+@pytest.mark.parametrize("family", FAMILIES)
+def test_flow_noise_steps_are_eulers_plus_the_heads_std_and_evaluate_reproduces_them(env, family):
+    policy = tiny(env, family, vla=FLOW_NOISE)
+    obs = observations(env)
+    out = policy.act(obs)
+    torch.testing.assert_close(policy.evaluate(obs, out.samples).log_prob, out.log_prob, atol=1e-5, rtol=1e-6)
+    # the log-prob, rebuilt by hand: each step N(x - dt v, std) with the std the head reads from the expert
+    prefix, state = policy._prefix(obs)
+    dims, expected, stds = policy.action_dim, torch.zeros(4), []
+    for k, t in enumerate(policy.schedule.times()):
+        x, drawn = out.samples[:, k], out.samples[:, k + 1]
+        velocity, features = policy._velocity_and_features(prefix, state, x, t)
+        euler = x - policy.schedule.dt * velocity
+        std = policy.noise_head(features).detach()
+        stds.append(std)
+        expected += torch.distributions.Normal(euler[..., :dims], std).log_prob(drawn[..., :dims]).sum((1, 2))
+        torch.testing.assert_close(drawn[..., dims:], euler[..., dims:])  # the padding follows its mean
+    torch.testing.assert_close(out.log_prob, expected, atol=1e-4, rtol=1e-5)
+    stds = torch.stack(stds)
+    assert stds.shape[-2:] == (2, dims) and stds.min() >= 0.05 and stds.max() <= 0.2 and stds.std() > 0
+    # greedy does not use the head: the same weights with the SDE act the same
+    sde = tiny(env, family)
+    sde.load_state_dict(policy.state_dict(), strict=False)
+    torch.testing.assert_close(policy.act(obs, "greedy").actions, sde.act(obs, "greedy").actions)
+
+
+@pytest.mark.parametrize("family", FAMILIES)
+def test_flow_noise_with_one_noisy_step_credits_that_step_alone(env, family):
+    policy = tiny(env, family, vla={**FLOW_NOISE, "flow_sde_steps": "one"})
+    obs = observations(env)
+    out = policy.act(obs)
+    torch.testing.assert_close(policy.evaluate(obs, out.samples).log_prob, out.log_prob, atol=1e-5, rtol=1e-6)
+    noisy = out.samples[:, -1, 0, 0].long()
+    prefix, state = policy._prefix(obs)
+    for k, t in enumerate(policy.schedule.times()):
+        x = out.samples[:, k]
+        euler = x - policy.schedule.dt * policy._velocity(prefix, state, x, t)
+        on_euler = torch.isclose(out.samples[:, k + 1], euler, atol=1e-6).flatten(1).all(1)
+        torch.testing.assert_close(on_euler, noisy != k)  # Euler's step everywhere but at the noisy one
+
+
+@pytest.mark.parametrize("family", FAMILIES)
+def test_a_grpo_step_with_flow_noise_moves_the_noise_head_and_the_log_probs_in_the_advantages_sign(
+    env, family
+):
+    policy = tiny(env, family, value_head=False, vla=FLOW_NOISE)
+    head_before = {n: p.detach().clone() for n, p in policy.noise_head.named_parameters()}
+    obs = observations(env)
+    out = policy.act(obs)
+    grpo = GRPO(policy, GRPOConfig(group_size=2, learning_rate=1e-4, update_epochs=1, num_minibatches=1))
+    grpo.update(one_decision_batch(obs, out, [1.0, 0.0, 0.0, 1.0]))
+    assert any(not torch.equal(p, head_before[n]) for n, p in policy.noise_head.named_parameters())
+    moved = policy.evaluate(obs, out.samples).log_prob.detach() - out.log_prob
+    assert moved[[0, 3]].mean() > 0 > moved[[1, 2]].mean(), moved
+
+
+def test_flow_noise_starts_from_an_sft_policy_with_a_fresh_noise_head(env, tmp_path):
+    tiny(env, "pi05").save(tmp_path / "sft")
+    started = tiny(env, "pi05", vla=FLOW_NOISE, init_from=str(tmp_path / "sft"))
+    obs = observations(env)
+    torch.manual_seed(1)
+    ours = started.act(obs, "greedy").actions
+    torch.manual_seed(1)
+    torch.testing.assert_close(ours, load_policy(tmp_path / "sft").act(obs, "greedy").actions)
+    assert started.noise_head is not None and started.act(obs).log_prob.shape == (4,)
+
+
+def test_bad_flow_noise_settings_are_one_line_each():
+    with pytest.raises(
+        ValueError, match=r"flow_noise_method must be one of \['flow_sde', 'flow_noise'\], got 'reinflow'"
+    ):
+        VLAConfig(flow_noise_method="reinflow")
+    with pytest.raises(
+        ValueError, match=r"flow_noise_std_range must be \[min, max\] with 0 < min <= max, got \[0.2, 0.1\]"
+    ):
+        VLAConfig(flow_noise_std_range=[0.2, 0.1])
+    VLAConfig(
+        flow_noise_method="flow_noise", flow_noise_level=0.0, sampling_temperature=0.0
+    )  # the head explores
 
 
 @pytest.mark.parametrize("family", FAMILIES)

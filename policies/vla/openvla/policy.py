@@ -112,6 +112,11 @@ class OpenVLAPolicy(Policy):
             raise ValueError(
                 "policy.vla.train_expert_only is for the flow families (π0, π0.5, SmolVLA); OpenVLA has no action expert"
             )
+        if vla.sampling_temperature == 0:
+            raise ValueError(
+                "policy.vla.sampling_temperature=0 is for the flow families (chains from x0 = 0); OpenVLA samples "
+                "softmax(logits / T) and needs T > 0"
+            )
         if len(cfg.cameras) != 1 or cfg.cameras[0] not in spec.camera_names:
             raise ValueError(
                 f"OpenVLA sees one camera: set policy.cameras to one of the env's {list(spec.camera_names)} "

@@ -1,10 +1,11 @@
 """``PiPolicy``: a π0 / π0.5 (a published checkpoint, or ``tiny:pi0`` / ``tiny:pi05``) behind the
 policy interface, RL-ready.
 
-``act`` samples a chunk with the Flow-SDE (πRL's ``flow_sde``; :class:`FlowSchedule`) on top of
-the real expert: each denoising step is a Gaussian around the Euler step, noise only in the env's
-action dimensions (the padding to ``max_action_dim`` follows its mean), and the chunk's log-prob is
-the sum of the steps'. At ``flow_noise_level=0`` the sampler is upstream's Euler sampler exactly.
+``act`` samples a chunk with the Flow-SDE (πRL's ``flow_sde``; :class:`FlowSchedule`) or Flow-Noise
+(``flow_noise``; :class:`FlowNoiseHead`, a learned std) on top of the real expert: each denoising step
+is a Gaussian around the SDE's or the Euler step, noise only in the env's action dimensions (the
+padding to ``max_action_dim`` follows its mean), and the chunk's log-prob is the sum of the steps'.
+At ``flow_noise_level=0`` the Flow-SDE sampler is upstream's Euler sampler exactly.
 ``evaluate`` re-scores a stored chain with gradients. A value head reads the PaliGemma's prefix
 (masked mean of its last hidden states). The env's cameras fill the checkpoint's camera slots in
 order; a real checkpoint's own norm stats map its actions to env units (then clipped into the
@@ -24,7 +25,8 @@ from torch import nn
 from policies.base import Policy, PolicyEvaluation, PolicyOutput, check_cameras, to_tensors
 from policies.config import PolicyConfig
 from policies.normalization import RunningNormalizer
-from policies.vla.flow_sde import FlowSchedule, gaussian_log_prob_terms
+from policies.vla.flow_noise import FlowNoiseHead
+from policies.vla.flow_sde import FlowSchedule, gaussian_entropy, gaussian_log_prob_terms
 from policies.vla.pi.checkpoint import CheckpointError, read_checkpoint
 from policies.vla.pi.dims import GemmaDims, PiDims, SiglipDims
 from policies.vla.pi.inputs import pad_to, pi0_prompt, pi05_prompt, siglip_pixels, tokenize
@@ -83,6 +85,11 @@ def _order_number_embeddings(embedding: nn.Embedding, tokenizer, frequencies: in
         weight[ids] = (ordered * (weight.std() / ordered.std())).to(weight.dtype)
 
 
+def _is_point_mass(std: float | torch.Tensor) -> bool:
+    """A step with no noise (Flow-SDE at noise level 0): it is its mean, and has no log-prob."""
+    return not isinstance(std, torch.Tensor) and std == 0.0
+
+
 class PiPolicy(Policy):
     def __init__(self, spec: EnvSpec, cfg: PolicyConfig, saved: Path | None = None) -> None:
         super().__init__()
@@ -111,6 +118,13 @@ class PiPolicy(Policy):
         width = self._prefix_width()
         self.value_head = (
             nn.Sequential(nn.Linear(width, 256), nn.Tanh(), nn.Linear(256, 1)) if cfg.value_head else None
+        )
+        self.noise_head = (
+            FlowNoiseHead(
+                self._action_out_proj().in_features, self.action_dim, tuple(vla.flow_noise_std_range)
+            )
+            if vla.flow_noise_method == "flow_noise"
+            else None
         )
         if not vla.train_vision:
             self._vision_module().requires_grad_(False)
@@ -257,6 +271,49 @@ class PiPolicy(Policy):
         dtype = next(self.model.parameters()).dtype
         return self.model.velocity(prefix, self._state_for_expert(state), x.to(dtype), times).float()
 
+    def _action_out_proj(self) -> nn.Linear:
+        """The expert's last projection (features -> velocity), in every family's model."""
+        return next(m for name, m in self.model.named_modules() if name.endswith("action_out_proj"))
+
+    def _velocity_and_features(
+        self, prefix: PrefixCache, state: torch.Tensor, x: torch.Tensor, t: float | torch.Tensor
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """:meth:`_velocity` and the expert's output features it was projected from [B, chunk, width]."""
+        seen: list[torch.Tensor] = []
+        hook = self._action_out_proj().register_forward_pre_hook(lambda _, inputs: seen.append(inputs[0]))
+        try:
+            velocity = self._velocity(prefix, state, x, t)
+        finally:
+            hook.remove()
+        return velocity, seen[-1][:, -self.chunk_size :]
+
+    def _rollout_step(
+        self, prefix: PrefixCache, state: torch.Tensor, x: torch.Tensor, t: float | torch.Tensor
+    ) -> tuple[torch.Tensor, torch.Tensor, float | torch.Tensor]:
+        """A rollout's denoising step from ``x`` at ``t`` (one time, or one per row [B]): the Euler
+        step, and the Gaussian the rollout draws from: its mean and std (a float, per row [B], or per
+        chunk step and env action dim [B, chunk, action_dim] for Flow-Noise)."""
+        if self.noise_head is not None:
+            velocity, features = self._velocity_and_features(prefix, state, x, t)
+            euler = x - self.schedule.dt * velocity
+            return euler, euler, self.noise_head(features)
+        velocity = self._velocity(prefix, state, x, t)
+        euler = x - self.schedule.dt * velocity
+        if isinstance(t, torch.Tensor):
+            mean, std = self.schedule.sde_step_rows(x, velocity, t)
+            return euler, mean, std
+        mean, std = self.schedule.step(x, velocity, t, stochastic=True)
+        return euler, mean, std
+
+    def _draw(self, mean: torch.Tensor, std: float | torch.Tensor) -> torch.Tensor:
+        """mean + std N(0, I) in the env's action dims; the padding follows its mean."""
+        drawn = mean.clone()
+        dims = self.action_dim
+        if isinstance(std, torch.Tensor) and std.dim() == 1:
+            std = std.view(-1, 1, 1)
+        drawn[..., :dims] = mean[..., :dims] + std * torch.randn_like(mean[..., :dims])
+        return drawn
+
     # -- the interface -------------------------------------------------------------------------
     def env_actions(self, chunk_end: torch.Tensor) -> torch.Tensor:
         """The chain's end [B, chunk, max_action_dim] -> env actions [B, chunk, action_dim]."""
@@ -288,38 +345,33 @@ class PiPolicy(Policy):
         # the log-prob's terms: one per chunk step and env action dim, summed over the denoising steps
         chain, terms = [x], torch.zeros(batch, self.chunk_size * self.action_dim, device=self.device)
         for t in self.schedule.times():
-            mean, std = self.schedule.step(x, self._velocity(prefix, state, x, t), t, stochastic=not greedy)
-            if std > 0:
-                x = mean + std * self._action_noise(mean)
-                terms = terms + gaussian_log_prob_terms(
-                    x[..., : self.action_dim], mean[..., : self.action_dim], std
-                )
+            if greedy:
+                x, _ = self.schedule.step(x, self._velocity(prefix, state, x, t), t, stochastic=False)
             else:
-                x = mean
+                _, mean, std = self._rollout_step(prefix, state, x, t)
+                if _is_point_mass(std):
+                    x = mean
+                else:
+                    x = self._draw(mean, std)
+                    terms = terms + gaussian_log_prob_terms(
+                        x[..., : self.action_dim], mean[..., : self.action_dim], std
+                    )
             chain.append(x)
         chain = torch.stack(chain, 1)
         return PolicyOutput(self.env_actions(chain[:, -1]), chain, terms.sum(-1), self._value(prefix), terms)
 
-    def _action_noise(self, mean: torch.Tensor) -> torch.Tensor:
-        """N(0, I) in the env's action dims, 0 in the padding (which follows its mean)."""
-        noise = torch.zeros_like(mean)
-        noise[..., : self.action_dim] = torch.randn_like(mean[..., : self.action_dim])
-        return noise
-
     def _act_one_sde_step(self, prefix, state: torch.Tensor, x: torch.Tensor) -> PolicyOutput:
-        """Euler steps but one, drawn per chunk, that is the SDE's; the chunk's log-prob is that step's.
-        ``samples`` is the chain with one row after it holding the SDE step's index."""
+        """Euler steps but one, drawn per chunk, that is the SDE's (or Flow-Noise's); the chunk's
+        log-prob is that step's. ``samples`` is the chain with one row after it holding the noisy
+        step's index."""
         batch, steps = x.shape[0], self.schedule.steps
         noisy_step = torch.randint(0, steps, (batch,), device=self.device)
         chain, terms = [x], torch.zeros(batch, self.chunk_size * self.action_dim, device=self.device)
         for k, t in enumerate(self.schedule.times()):
-            v = self._velocity(prefix, state, x, t)
-            euler, _ = self.schedule.step(x, v, t, stochastic=False)
-            mean, std = self.schedule.step(x, v, t, stochastic=True)
+            euler, mean, std = self._rollout_step(prefix, state, x, t)
             here = noisy_step == k
-            if std > 0 and bool(here.any()):
-                drawn = mean + std * self._action_noise(mean)
-                x = torch.where(here.view(-1, 1, 1), drawn, euler)
+            if not _is_point_mass(std) and bool(here.any()):
+                x = torch.where(here.view(-1, 1, 1), self._draw(mean, std), euler)
                 step_terms = gaussian_log_prob_terms(
                     x[..., : self.action_dim], mean[..., : self.action_dim], std
                 )
@@ -340,18 +392,14 @@ class PiPolicy(Policy):
         terms = torch.zeros(batch, self.chunk_size * dims, device=self.device)
         entropy = torch.zeros(batch, device=self.device)
         for k, t in enumerate(self.schedule.times()):
-            mean, std = self.schedule.step(
-                chain[:, k], self._velocity(prefix, state, chain[:, k], t), t, stochastic=True
-            )
-            if std > 0:
+            _, mean, std = self._rollout_step(prefix, state, chain[:, k], t)
+            if not _is_point_mass(std):
                 terms = terms + gaussian_log_prob_terms(chain[:, k + 1, ..., :dims], mean[..., :dims], std)
-                entropy = entropy + self.chunk_size * dims * (
-                    0.5 * math.log(2 * math.pi * math.e) + math.log(std)
-                )
+                entropy = entropy + gaussian_entropy(std, (batch, self.chunk_size, dims), self.device)
         return PolicyEvaluation(terms.sum(-1), entropy, self._value(prefix), terms)
 
     def _evaluate_one_sde_step(self, prefix, state: torch.Tensor, samples: torch.Tensor) -> PolicyEvaluation:
-        """Re-scores each chunk's SDE step alone: one expert pass per chunk, at that step's x and t."""
+        """Re-scores each chunk's noisy step alone: one expert pass per chunk, at that step's x and t."""
         steps = self.schedule.steps
         if samples.shape[1] != steps + 2:
             raise ValueError(
@@ -359,18 +407,17 @@ class PiPolicy(Policy):
                 f"(1 row), got {samples.shape[1]} rows; were they sampled with flow_sde_steps=all?"
             )
         batch, dims = samples.shape[0], self.action_dim
-        if self.schedule.noise_level == 0.0:  # every step was Euler's: a point mass, no log-prob to credit
+        if self.noise_head is None and self.schedule.noise_level == 0.0:  # all Euler's: no log-prob to credit
             zeros = torch.zeros(batch, self.chunk_size * dims, device=self.device)
             return PolicyEvaluation(zeros.sum(-1), zeros.sum(-1), self._value(prefix), zeros)
         rows = torch.arange(batch, device=self.device)
         noisy_step = samples[:, -1, 0, 0].round().long()
         times = torch.tensor(self.schedule.times(), device=self.device)[noisy_step]
         x, x_next = samples[rows, noisy_step], samples[rows, noisy_step + 1]
-        v = self._velocity(prefix, state, x, times)
-        mean, std = self.schedule.sde_step_rows(x, v, times)
+        _, mean, std = self._rollout_step(prefix, state, x, times)
         terms = gaussian_log_prob_terms(x_next[..., :dims], mean[..., :dims], std)
-        entropy = self.chunk_size * dims * (0.5 * math.log(2 * math.pi * math.e) + torch.log(std))
-        return PolicyEvaluation(terms.sum(-1), entropy.expand(batch), self._value(prefix), terms)
+        entropy = gaussian_entropy(std, (batch, self.chunk_size, dims), self.device)
+        return PolicyEvaluation(terms.sum(-1), entropy, self._value(prefix), terms)
 
     def value(self, obs: dict[str, Any]) -> torch.Tensor:
         if self.value_head is None:
