@@ -272,8 +272,13 @@ class PiPolicy(Policy):
         return self.model.velocity(prefix, self._state_for_expert(state), x.to(dtype), times).float()
 
     def _action_out_proj(self) -> nn.Linear:
-        """The expert's last projection (features -> velocity), in every family's model."""
-        return next(m for name, m in self.model.named_modules() if name.endswith("action_out_proj"))
+        """The expert's last projection (features -> velocity), in every family's model (its path is
+        found once: this runs at every denoising step)."""
+        if not hasattr(self, "_out_proj_path"):
+            self._out_proj_path = next(
+                n for n, _ in self.model.named_modules() if n.endswith("action_out_proj")
+            )
+        return self.model.get_submodule(self._out_proj_path)
 
     def _velocity_and_features(
         self, prefix: PrefixCache, state: torch.Tensor, x: torch.Tensor, t: float | torch.Tensor
