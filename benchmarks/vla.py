@@ -107,20 +107,26 @@ def evaluate(policy, venv, episodes: int) -> dict[str, float]:
     return held_out_score(venv, episodes, play_batch)
 
 
+def with_vla_fields(policy, **fields):
+    """A policy built from ``policy``'s config with these ``policy.vla`` fields replaced, holding the
+    same weights and frozen state statistics (RL heads its config lacks are left out, fresh ones
+    kept)."""
+    vla = dataclasses.replace(policy.cfg.vla, **fields)
+    rebuilt = make_policy(policy.spec, dataclasses.replace(policy.cfg, vla=vla))
+    rebuilt.load_weights(with_own_rl_heads(rebuilt, policy.state_dict()))
+    rebuilt.freeze_normalizers()
+    return rebuilt
+
+
 def upstream_sampler(policy: PiPolicy) -> PiPolicy:
-    """A flow policy as upstream deploys it: Euler steps from x0 ~ N(0, I), no SDE or learned noise
-    (a policy of that config, with the same weights and frozen state statistics)."""
-    vla = dataclasses.replace(
-        policy.cfg.vla,
+    """A flow policy as upstream deploys it: Euler steps from x0 ~ N(0, I), no SDE or learned noise."""
+    return with_vla_fields(
+        policy,
         flow_noise_method="flow_sde",
         flow_noise_level=0.0,
         sampling_temperature=1.0,
         flow_sde_steps="all",
     )
-    deployed = make_policy(policy.spec, dataclasses.replace(policy.cfg, vla=vla))
-    deployed.load_weights(with_own_rl_heads(deployed, policy.state_dict()))
-    deployed.freeze_normalizers()
-    return deployed
 
 
 def flow_scores(policy, venv, episodes: int) -> dict:
@@ -436,9 +442,11 @@ def main() -> None:
         }
         print(f"{head}: SFT {record['sft']}, rollout {record['rollout']}", flush=True)
         for name in args.algorithms.split(","):
-            learner = copy.deepcopy(policy)
-            if args.rl_train_expert_only:  # as policy.vla.train_expert_only does for an RL run from SFT
-                learner.vlm_module().requires_grad_(False)
+            learner = (
+                with_vla_fields(policy, train_expert_only=True)  # SFT trained all of it
+                if args.rl_train_expert_only
+                else copy.deepcopy(policy)
+            )
             record[name] = rl(
                 name,
                 learner,
