@@ -115,6 +115,9 @@ class PiPolicy(Policy):
                 f"policy.chunk_size={cfg.chunk_size}; the checkpoint's chunk is {dims.chunk_size}"
             )
         self.schedule = FlowSchedule(vla.flow_steps, vla.flow_noise_level)
+        # the expert's last projection (features -> velocity): Flow-Noise reads its input at every
+        # denoising step; LoRA (below) wraps only the language model, so this path stays valid
+        self._out_proj_path = next(n for n, _ in self.model.named_modules() if n.endswith("action_out_proj"))
         width = self._prefix_width()
         self.value_head = (
             nn.Sequential(nn.Linear(width, 256), nn.Tanh(), nn.Linear(256, 1)) if cfg.value_head else None
@@ -272,12 +275,7 @@ class PiPolicy(Policy):
         return self.model.velocity(prefix, self._state_for_expert(state), x.to(dtype), times).float()
 
     def _action_out_proj(self) -> nn.Linear:
-        """The expert's last projection (features -> velocity), in every family's model (its path is
-        found once: this runs at every denoising step)."""
-        if not hasattr(self, "_out_proj_path"):
-            self._out_proj_path = next(
-                n for n, _ in self.model.named_modules() if n.endswith("action_out_proj")
-            )
+        """The expert's last projection (features -> velocity), in every family's model."""
         return self.model.get_submodule(self._out_proj_path)
 
     def _velocity_and_features(
