@@ -41,6 +41,7 @@ import dataclasses
 import json
 import os
 import platform
+import shutil
 import time
 from pathlib import Path
 
@@ -231,11 +232,20 @@ def rollout_throughput(policy, venv, decisions: int = 20) -> dict[str, float]:
 
 
 def demo_dataset(work: str, task: str, state: str, demos: int, noise: float, env_kwargs: dict) -> Path:
-    """The scripted demos' LeRobot dataset under ``work`` (recorded on first use; DART ``noise``)."""
+    """The scripted demos' LeRobot dataset under ``work`` (recorded on first use; DART ``noise``).
+    A dataset holding fewer than ``demos`` episodes (its recording was killed) is recorded again."""
     suffix = f"_dart{noise:g}" if noise > 0 else ""
     path = Path(work) / f"demos_{task.split('/')[-1]}_{state}_{demos}{suffix}"
-    if not (path / "meta" / "info.json").is_file():
-        record_expert_demos(DemoConfig(task, demos, str(path), env_kwargs=env_kwargs, action_noise=noise))
+    info = path / "meta" / "info.json"
+    if info.is_file():
+        held = int(json.loads(info.read_text())["total_episodes"])
+        if held >= demos:
+            return path
+        print(
+            f"{path}: {held} of {demos} episodes (an interrupted recording); recording it again", flush=True
+        )
+        shutil.rmtree(path)
+    record_expert_demos(DemoConfig(task, demos, str(path), env_kwargs=env_kwargs, action_noise=noise))
     return path
 
 
