@@ -47,6 +47,7 @@ from pathlib import Path
 
 import numpy as np
 import torch
+from tqdm import tqdm
 
 import sim_envs
 from policies import PolicyConfig, make_policy
@@ -286,7 +287,12 @@ def sft(
         policy, BCConfig(str(demos), learning_rate=learning_rate, batch_size=64, image_shift=0)
     ).regression
     tick = time.perf_counter()
-    losses = [regression.fit(min(100, updates - done)) for done in range(0, updates, 100)]
+    losses = []
+    with tqdm(total=updates, desc=f"SFT {head}", unit="update") as bar:
+        for done in range(0, updates, 100):
+            losses.append(regression.fit(min(100, updates - done)))
+            bar.update(min(100, updates - done))
+            bar.set_postfix(loss=f"{losses[-1]:.4f}")
     seconds = time.perf_counter() - tick
     policy.freeze_normalizers()
     if cache is not None:
