@@ -36,6 +36,7 @@ import sim_envs  # noqa: E402
 from policies import PolicyConfig, make_policy  # noqa: E402
 from policies.config import VLAConfig  # noqa: E402
 from policies.vla.pi.dims import PiDims, with_dims_file  # noqa: E402
+from policies.vla.pi.export import TIED_EMBEDDING, TIED_HEAD  # noqa: E402 (openpi stores the tied pair once)
 from policies.vla.pi.models import build_flow_model  # noqa: E402
 from protos.batch import stack_obs  # noqa: E402
 from trainer.algorithms.common import OnPolicyBatch  # noqa: E402
@@ -43,8 +44,6 @@ from trainer.algorithms.ppo import PPO, PPOConfig  # noqa: E402
 from trainer.devices import optimizer_to, release_cached_memory  # noqa: E402
 
 TOKENIZER = ROOT.parent / "shared" / "vla_reference" / "pi0" / "paligemma_tokenizer"
-TIED_EMBEDDING = "paligemma_with_expert.paligemma.model.language_model.embed_tokens.weight"
-TIED_HEAD = "paligemma_with_expert.paligemma.lm_head.weight"  # openpi stores the tied pair as this
 ENV = "rlinf/FrankaReach-v0"
 CPU = torch.device("cpu")
 
