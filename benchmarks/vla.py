@@ -19,11 +19,13 @@ openpi and LeRobot deploy them).
                              [--state proprio|objects|privileged] [--critic-warmup 15] [--rl-lr LR]
                              [--temperature 1] [--noise-level A] [--ratio-level chunk|token] [--clip-high 0]
                              [--group-size 4]
-                             [--work runs/bench_vla] [--out FILE]
+                             [--sft-start DIR] [--work runs/bench_vla] [--out FILE]
 
 The SFT start is kept in ``--work`` (``sft_<head>_<demos>_c<chunk>_<updates>x<lr>_seed<N>``) and reused by
 runs that differ only in RL (``--temperature``, ``--noise-level``, ``--rl-lr``, ``--ratio-level``,
-``--clip-high``, ``--algorithms``).
+``--clip-high``, ``--algorithms``). SFT on CPU is not bit-identical across machines, so the starts of
+recorded results are kept in ``benchmarks/results/sft_starts/``; ``--sft-start DIR`` runs RL from one
+of them (no demos recorded, no SFT trained).
 
 What the VLA sees besides the front camera and the instruction (``--state``):
 
@@ -253,7 +255,7 @@ def demo_dataset(work: str, task: str, state: str, demos: int, noise: float, env
 def sft(
     head: str,
     spec,
-    demos: Path,
+    demos: Path | None,
     updates: int,
     learning_rate: float,
     chunk: int,
@@ -393,6 +395,12 @@ def main() -> None:
         action="store_true",
         help="RL trains the flow families' action expert only, the VLM frozen (SFT trains all of it)",
     )
+    parser.add_argument(
+        "--sft-start",
+        default=None,
+        help="a kept SFT start (a folder with model.safetensors and sft.json, as --work keeps them) to run RL "
+        "from instead of training one; one head only (e.g. benchmarks/results/sft_starts/...)",
+    )
     parser.add_argument("--work", default="runs/bench_vla")
     parser.add_argument("--out", default=str(RESULTS / "vla.json"))
     args = parser.parse_args()
@@ -407,11 +415,22 @@ def main() -> None:
         parser.error(
             f"--seed must be in [0, {EVAL_SEED // TRAIN_SEED_STRIDE}): training seeds stay clear of evaluation's"
         )
+    if args.sft_start is not None:
+        if "," in args.heads:
+            parser.error("--sft-start: one head only (the start is one family's weights)")
+        if not (Path(args.sft_start) / "sft.json").is_file():
+            parser.error(
+                f"--sft-start {args.sft_start}: no sft.json there (a folder --work keeps as sft_<head>_...)"
+            )
     torch.set_num_threads(1)
 
     env_extra = STATES[args.state]
     env_kwargs = {**ENV, **env_extra}
-    demos = demo_dataset(args.work, args.task, args.state, args.demos, args.demo_noise, env_kwargs)
+    demos = (  # a kept SFT start needs no demos
+        None
+        if args.sft_start
+        else demo_dataset(args.work, args.task, args.state, args.demos, args.demo_noise, env_kwargs)
+    )
     venv = sim_envs.make_vector(args.task, args.num_envs, backend="inline", **env_kwargs)
     rl_venv = sim_envs.make_vector(
         args.task, args.num_envs, backend="inline", **env_kwargs, reward_type=args.rl_reward
@@ -425,7 +444,7 @@ def main() -> None:
                      "ratio_level": args.ratio_level, "clip_high": args.clip_high, "group_size": args.group_size,
                      "group_std": not args.no_group_std, "flow_sde_steps": args.flow_sde_steps,
                      "flow_noise_method": args.flow_noise_method, "drop_uniform_groups": args.drop_uniform_groups,
-                     "rl_train_expert_only": args.rl_train_expert_only, "heads": {}}  # fmt: skip
+                     "rl_train_expert_only": args.rl_train_expert_only, "sft_start": args.sft_start, "heads": {}}  # fmt: skip
     for head in args.heads.split(","):
         sampling = {"sampling_temperature": args.temperature}
         if args.noise_level is not None:  # read by the flow families only
@@ -439,7 +458,9 @@ def main() -> None:
         # the SFT start depends on nothing RL changes: kept in --work for the next run to reuse
         chunk = FIXED_CHUNK.get(head, args.chunk)
         cache = (
-            Path(args.work)
+            Path(args.sft_start)
+            if args.sft_start
+            else Path(args.work)
             / f"sft_{head}_{demos.name}_c{chunk}_{args.sft_updates}x{args.sft_lr:g}_seed{args.seed}"
         )
         policy, _, losses, sft_s = sft(

@@ -33,6 +33,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 import sim_envs  # noqa: E402
+from benchmarks.vla_inference import peak_rss_mb  # noqa: E402
 from policies import PolicyConfig, make_policy  # noqa: E402
 from policies.config import VLAConfig  # noqa: E402
 from policies.vla.pi.dims import PiDims, with_dims_file  # noqa: E402
@@ -41,7 +42,7 @@ from policies.vla.pi.models import build_flow_model  # noqa: E402
 from protos.batch import stack_obs  # noqa: E402
 from trainer.algorithms.common import OnPolicyBatch  # noqa: E402
 from trainer.algorithms.ppo import PPO, PPOConfig  # noqa: E402
-from trainer.devices import optimizer_to, release_cached_memory  # noqa: E402
+from trainer.devices import move_placed, release_cached_memory  # noqa: E402
 
 TOKENIZER = ROOT.parent / "shared" / "vla_reference" / "pi0" / "paligemma_tokenizer"
 ENV = "rlinf/FrankaReach-v0"
@@ -103,13 +104,6 @@ def reset_peak(device: torch.device) -> None:
         torch.cuda.reset_peak_memory_stats(device)
 
 
-def peak_rss_mb() -> float:
-    for line in Path("/proc/self/status").read_text().splitlines():
-        if line.startswith("VmHWM:"):
-            return int(line.split()[1]) / 1024
-    return float("nan")
-
-
 def timed(fn: Callable[[], object], device: torch.device) -> float:
     synchronize(device)
     tick = time.perf_counter()
@@ -139,16 +133,6 @@ def decision_batch(obs: dict, out, device: torch.device) -> OnPolicyBatch:
     ).to(device)  # fmt: skip
 
 
-def move(modules: list, optimizers: list, device: torch.device, home: torch.device) -> None:
-    """What a collocated worker's offload / onload does (``trainer.distributed.workers``)."""
-    for module in modules:
-        module.to(device)
-    for optimizer in optimizers:
-        optimizer_to(optimizer, device)
-    if device.type == "cpu":
-        release_cached_memory(home)
-
-
 def ppo_arm(args, folder: Path, env, obs, lora_rank: int, offload: bool, device: torch.device) -> dict:
     """Collocated rollout + actor: act on the batch, then one PPO update; ``--rounds`` times."""
     rollout = make_policy(env.env_spec, policy_config(folder, args.dims, args.chunk, lora_rank)).to(device)
@@ -159,14 +143,14 @@ def ppo_arm(args, folder: Path, env, obs, lora_rank: int, offload: bool, device:
     updates, swaps = [], []
     for _ in range(args.rounds + 1):  # the first round allocates the optimiser state: a warm-up
         if offload:
-            swaps.append(timed(lambda: move([actor], [ppo.optimizer], CPU, device), device))
-            swaps.append(timed(lambda: move([rollout], [], device, device), device))
+            swaps.append(timed(lambda: move_placed([actor], [ppo.optimizer], CPU, device), device))
+            swaps.append(timed(lambda: move_placed([rollout], [], device, device), device))
         with torch.no_grad():
             out = rollout.act(obs)
         batch = decision_batch(obs, out, device)
         if offload:
-            swaps.append(timed(lambda: move([rollout], [], CPU, device), device))
-            swaps.append(timed(lambda: move([actor], [ppo.optimizer], device, device), device))
+            swaps.append(timed(lambda: move_placed([rollout], [], CPU, device), device))
+            swaps.append(timed(lambda: move_placed([actor], [ppo.optimizer], device, device), device))
         updates.append(timed(lambda: ppo.update(batch), device))  # noqa: B023 (called at once)
     result = {
         "trainable_parameters": trainable,

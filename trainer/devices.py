@@ -93,3 +93,20 @@ def release_cached_memory(device: torch.device) -> None:
         if clear_workspaces is not None:
             clear_workspaces()
         torch.cuda.empty_cache()
+
+
+def move_placed(
+    modules: list[nn.Module],
+    optimizers: list[torch.optim.Optimizer],
+    device: torch.device,
+    home: torch.device,
+) -> None:
+    """A collocated worker's offload (``device`` the CPU) or onload (``device`` its GPU, ``home``):
+    its modules and their optimisers' state, in place. Offloading also frees ``home``'s cached
+    blocks, so the worker it shares the GPU with can use them."""
+    for module in modules:
+        module.to(device)
+    for optimizer in optimizers:
+        optimizer_to(optimizer, device)
+    if device.type == "cpu":
+        release_cached_memory(home)

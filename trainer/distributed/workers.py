@@ -19,7 +19,7 @@ from torch import nn
 
 from protos import EnvSpec
 from trainer.algorithms.common import TrajectoryBuilder, bootstrap_values, concat_batches
-from trainer.devices import CPU, optimizer_to, release_cached_memory, to_cpu, worker_device
+from trainer.devices import CPU, move_placed, to_cpu, worker_device
 from trainer.distributed.payload import payload_bytes
 
 
@@ -98,13 +98,7 @@ class Worker:
 
     def _move_to(self, device: torch.device) -> float:
         tick = time.perf_counter()
-        modules, optimizers = self.placed_state()
-        for module in modules:
-            module.to(device)
-        for optimizer in optimizers:
-            optimizer_to(optimizer, device)
-        if device.type == "cpu":
-            release_cached_memory(self.device)
+        move_placed(*self.placed_state(), device, home=self.device)
         return time.perf_counter() - tick
 
     def device_memory(self) -> int:
