@@ -65,9 +65,11 @@ def test_a_kept_sft_start_loads_whole_into_its_family(start):
 
 def test_a_missing_sft_start_is_one_line_before_any_work(tmp_path, monkeypatch, capsys):
     bench = load_benchmark()
-    monkeypatch.setattr(sys, "argv", ["vla.py", "--heads", "pi05", "--sft-start", str(tmp_path)])
+    work = tmp_path / "work"
+    argv = ["vla.py", "--heads", "pi05", "--sft-start", str(tmp_path), "--work", str(work)]
+    monkeypatch.setattr(sys, "argv", argv)
     with pytest.raises(SystemExit) as exit_info:
         bench.main()
     assert exit_info.value.code == 2
     assert f"--sft-start {tmp_path}: no sft.json there" in capsys.readouterr().err
-    assert not (tmp_path / "runs").exists()
+    assert not work.exists()  # no demos recorded
