@@ -217,21 +217,34 @@ def _check_finite(what: str, values) -> None:
 # -- frames --------------------------------------------------------------------------------------
 def shrink(image: np.ndarray, factor: int) -> np.ndarray:
     """``image`` at 1/``factor`` of each side: the mean of each ``factor x factor`` block (a box filter,
-    so fine texture averages out rather than aliasing)."""
+    so fine texture averages out rather than aliasing), rounded to nearest. Rows, then columns, are
+    summed by adding strided slices: a ``sum`` over the axes of a 5-d view took 25 ms on a 480x640
+    frame, more than the JPEG it saves; this takes 2 ms."""
     if factor == 1:
         return image
     height, width = image.shape[0] // factor, image.shape[1] // factor
-    blocks = image[: height * factor, : width * factor].reshape(height, factor, width, factor, 3)
-    total = blocks.sum(axis=(1, 3), dtype=np.uint16)  # up to 64 * 255: fits
-    return ((total + factor * factor // 2) // (factor * factor)).astype(np.uint8)
+    rows = image[: height * factor, : width * factor].reshape(height, factor, width * factor, 3)
+    row_sums = rows[:, 0].astype(np.uint16)  # up to 64 * 255: fits
+    for k in range(1, factor):
+        row_sums += rows[:, k]
+    columns = row_sums.reshape(height, width, factor, 3)
+    total = columns[:, :, 0].copy()
+    for k in range(1, factor):
+        total += columns[:, :, k]
+    total += factor * factor // 2
+    total //= factor * factor
+    return total.astype(np.uint8)
 
 
 def enlarge(small: np.ndarray, factor: int, out: np.ndarray | None = None) -> np.ndarray:
-    """``small`` at ``factor`` times each side, each pixel repeated (into ``out`` when given)."""
+    """``small`` at ``factor`` times each side, each pixel repeated (into ``out`` when given): the
+    first of each ``factor`` rows is written by ``np.repeat``, then copied to the others."""
     height, width = small.shape[0] * factor, small.shape[1] * factor
     if out is None:
         out = np.empty((height, width, 3), np.uint8)
-    out.reshape(small.shape[0], factor, small.shape[1], factor, 3)[...] = small[:, None, :, None, :]
+    rows = out.reshape(small.shape[0], factor, width, 3)
+    rows[:, 0] = np.repeat(small, factor, axis=1)
+    rows[:, 1:] = rows[:, :1]
     return out
 
 

@@ -136,6 +136,22 @@ def test_shrinking_averages_each_block_rather_than_picking_a_pixel():
     np.testing.assert_array_equal(link_codec.shrink(checker, 2), np.full((2, 2, 3), 128, np.uint8))
 
 
+@pytest.mark.parametrize("factor", [2, 4, 8])
+def test_shrink_is_each_blocks_mean_rounded_and_enlarge_repeats_each_pixel(factor):
+    frame = np.random.default_rng(factor).integers(0, 256, (61, 83, 3), dtype=np.uint8)  # sides not multiples
+    height, width = 61 // factor, 83 // factor
+    blocks = frame[: height * factor, : width * factor].astype(np.float64)
+    mean = blocks.reshape(height, factor, width, factor, 3).mean(axis=(1, 3))
+    np.testing.assert_array_equal(link_codec.shrink(frame, factor), np.floor(mean + 0.5).astype(np.uint8))
+
+    small = frame[:height, :width]
+    repeated = np.repeat(np.repeat(small, factor, axis=0), factor, axis=1)
+    np.testing.assert_array_equal(link_codec.enlarge(small, factor), repeated)
+    out = np.zeros_like(repeated)
+    assert link_codec.enlarge(small, factor, out) is out
+    np.testing.assert_array_equal(out, repeated)
+
+
 def test_a_downscaled_frame_crosses_smaller_and_comes_back_at_the_declared_size():
     blocky = np.repeat(
         np.repeat(image(12, 16), 4, axis=0), 4, axis=1
