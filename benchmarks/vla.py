@@ -25,7 +25,9 @@ The SFT start is kept in ``--work`` (``sft_<head>_<demos>_c<chunk>_<updates>x<lr
 runs that differ only in RL (``--temperature``, ``--noise-level``, ``--rl-lr``, ``--ratio-level``,
 ``--clip-high``, ``--algorithms``). SFT on CPU is not bit-identical across machines, so the starts of
 recorded results are kept in ``benchmarks/results/sft_starts/``; ``--sft-start DIR`` runs RL from one
-of them (no demos recorded, no SFT trained).
+of them (no demos recorded, no SFT trained; the results record the start's demos, SFT updates and
+learning rate from its ``sft.json``, and a start made for another head, task, state or chunk is
+refused).
 
 What the VLA sees besides the front camera and the instruction (``--state``):
 
@@ -262,13 +264,15 @@ def sft(
     seed: int,
     sampling: dict | None = None,
     cache: Path | None = None,
+    made_by: dict | None = None,
 ):
     """A fresh tiny ``head`` cloned on ``demos`` for ``updates`` steps (batch 64, normalizers frozen after,
     as ``policy.init_from`` does for an RL run started from SFT): (policy, its regression on the
     demos' frames, loss per 100 updates, seconds). ``sampling``: VLAConfig fields of how RL samples
     (no part of SFT). ``cache``: a folder where the SFT weights and losses are kept and, when there,
     read instead of training again (the same start for runs that differ only in RL; the demos are
-    then not loaded, and the regression is None)."""
+    then not loaded, and the regression is None). ``made_by``: how the start was made (head, task,
+    state, demos, updates, ...), written beside it so that a run from a kept start records it."""
     torch.manual_seed(seed)
     np.random.seed(seed)
     cfg = PolicyConfig(
@@ -305,8 +309,24 @@ def sft(
             {k: v.detach().contiguous() for k, v in policy.state_dict().items()},
             str(cache / "model.safetensors"),
         )
-        (cache / "sft.json").write_text(json.dumps({"losses": losses, "seconds": seconds}))
+        kept = {"losses": losses, "seconds": seconds, "made_by": made_by}
+        (cache / "sft.json").write_text(json.dumps(kept))
     return policy, regression, losses, seconds
+
+
+def kept_start_made_by(folder: Path, head: str, task: str, state: str, chunk: int) -> dict:
+    """How the kept SFT start in ``folder`` was made (its ``sft.json``'s ``made_by``); ValueError with
+    one line where there is no record, or the start was made for another head, task, state or chunk."""
+    record = folder / "sft.json"
+    if not record.is_file():
+        raise ValueError("no sft.json there (a folder --work keeps as sft_<head>_...)")
+    made_by = json.loads(record.read_text()).get("made_by")
+    if not made_by:
+        raise ValueError("its sft.json does not say how it was made (no made_by); make it again with --work")
+    for key, wanted in {"head": head, "task": task, "state": state, "chunk": chunk}.items():
+        if made_by.get(key) != wanted:
+            raise ValueError(f"made for {key} {made_by.get(key)!r}, this run asks for {wanted!r}")
+    return made_by
 
 
 STATES = {
@@ -418,10 +438,16 @@ def main() -> None:
     if args.sft_start is not None:
         if "," in args.heads:
             parser.error("--sft-start: one head only (the start is one family's weights)")
-        if not (Path(args.sft_start) / "sft.json").is_file():
-            parser.error(
-                f"--sft-start {args.sft_start}: no sft.json there (a folder --work keeps as sft_<head>_...)"
+        try:
+            start_made_by = kept_start_made_by(
+                Path(args.sft_start),
+                args.heads,
+                args.task,
+                args.state,
+                FIXED_CHUNK.get(args.heads, args.chunk),
             )
+        except ValueError as exc:
+            parser.error(f"--sft-start {args.sft_start}: {exc}")
     torch.set_num_threads(1)
 
     env_extra = STATES[args.state]
@@ -445,6 +471,9 @@ def main() -> None:
                      "group_std": not args.no_group_std, "flow_sde_steps": args.flow_sde_steps,
                      "flow_noise_method": args.flow_noise_method, "drop_uniform_groups": args.drop_uniform_groups,
                      "rl_train_expert_only": args.rl_train_expert_only, "sft_start": args.sft_start, "heads": {}}  # fmt: skip
+    if args.sft_start:  # what the start was made from, not what the command line says
+        results.update({key: start_made_by[key] for key in ("demos", "demo_noise", "sft_updates", "sft_lr")})
+        results["sft_seed"] = start_made_by["seed"]
     for head in args.heads.split(","):
         sampling = {"sampling_temperature": args.temperature}
         if args.noise_level is not None:  # read by the flow families only
@@ -463,8 +492,20 @@ def main() -> None:
             else Path(args.work)
             / f"sft_{head}_{demos.name}_c{chunk}_{args.sft_updates}x{args.sft_lr:g}_seed{args.seed}"
         )
+        made_by = {"head": head, "task": args.task, "state": args.state, "demos": args.demos,
+                   "demo_noise": args.demo_noise, "chunk": chunk, "sft_updates": args.sft_updates,
+                   "sft_lr": args.sft_lr, "seed": args.seed}  # fmt: skip
         policy, _, losses, sft_s = sft(
-            head, venv.spec, demos, args.sft_updates, args.sft_lr, args.chunk, args.seed, sampling, cache
+            head,
+            venv.spec,
+            demos,
+            args.sft_updates,
+            args.sft_lr,
+            args.chunk,
+            args.seed,
+            sampling,
+            cache,
+            made_by,
         )
         record = {
             "parameters": sum(p.numel() for p in policy.parameters()),

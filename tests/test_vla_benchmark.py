@@ -57,6 +57,9 @@ def test_a_kept_sft_start_loads_whole_into_its_family(start):
     finally:
         env.close()
     assert regression is None and losses == json.loads((folder / "sft.json").read_text())["losses"]
+    made_by = bench.kept_start_made_by(folder, head, TASK, "privileged", 4)
+    assert f"{made_by['state']}{made_by['demos']}_c{made_by['chunk']}" in start  # as its folder is named
+    assert f"_{made_by['sft_updates']}x{made_by['sft_lr']:g}_seed{made_by['seed']}" in start
     kept, loaded = load_file(str(folder / "model.safetensors")), policy.state_dict()
     assert set(kept) == set(loaded)
     for key, tensor in kept.items():
@@ -73,3 +76,43 @@ def test_a_missing_sft_start_is_one_line_before_any_work(tmp_path, monkeypatch, 
     assert exit_info.value.code == 2
     assert f"--sft-start {tmp_path}: no sft.json there" in capsys.readouterr().err
     assert not work.exists()  # no demos recorded
+
+
+def refusal(bench, monkeypatch, capsys, *argv: str) -> str:
+    monkeypatch.setattr(sys, "argv", ["vla.py", *argv])
+    with pytest.raises(SystemExit) as exit_info:
+        bench.main()
+    assert exit_info.value.code == 2
+    return capsys.readouterr().err
+
+
+def test_a_kept_start_made_for_another_state_or_without_a_record_is_refused(tmp_path, monkeypatch, capsys):
+    bench = load_benchmark()
+    start = SFT_STARTS / "pi05_privileged300_c4_8000x0.001_seed0"
+    err = refusal(
+        bench, monkeypatch, capsys, "--heads", "pi05", "--state", "objects", "--sft-start", str(start)
+    )
+    assert "made for state 'privileged', this run asks for 'objects'" in err
+    err = refusal(
+        bench, monkeypatch, capsys, "--heads", "pi0", "--state", "privileged", "--sft-start", str(start)
+    )
+    assert "made for head 'pi05', this run asks for 'pi0'" in err
+    (tmp_path / "sft.json").write_text(json.dumps({"losses": [1.0], "seconds": 1.0}))  # kept before made_by
+    err = refusal(bench, monkeypatch, capsys, "--heads", "pi05", "--sft-start", str(tmp_path))
+    assert "does not say how it was made" in err
+
+
+def test_a_trained_start_records_how_it_was_made_and_a_run_from_it_reads_that(tmp_path):
+    bench = load_benchmark()
+    env_kwargs = {**bench.ENV, **bench.STATES["privileged"]}
+    demos = bench.demo_dataset(str(tmp_path), TASK, "privileged", 1, 0.0, env_kwargs)
+    env = bench.sim_envs.make_vector(TASK, 1, backend="inline", **env_kwargs)
+    made_by = {"head": "pi05", "task": TASK, "state": "privileged", "demos": 1, "demo_noise": 0.0, "chunk": 4,
+               "sft_updates": 2, "sft_lr": 1e-3, "seed": 0}  # fmt: skip
+    try:
+        bench.sft("pi05", env.spec, demos, 2, 1e-3, 4, 0, None, tmp_path / "start", made_by)
+    finally:
+        env.close()
+    assert bench.kept_start_made_by(tmp_path / "start", "pi05", TASK, "privileged", 4) == made_by
+    with pytest.raises(ValueError, match="made for chunk 4, this run asks for 8"):
+        bench.kept_start_made_by(tmp_path / "start", "pi05", TASK, "privileged", 8)
