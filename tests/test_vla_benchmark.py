@@ -102,7 +102,7 @@ def test_a_kept_start_made_for_another_state_or_without_a_record_is_refused(tmp_
     assert "does not say how it was made" in err
 
 
-def test_a_trained_start_records_how_it_was_made_and_a_run_from_it_reads_that(tmp_path):
+def test_a_trained_start_records_how_it_was_made(tmp_path):
     bench = load_benchmark()
     env_kwargs = {**bench.ENV, **bench.STATES["privileged"]}
     demos = bench.demo_dataset(str(tmp_path), TASK, "privileged", 1, 0.0, env_kwargs)
