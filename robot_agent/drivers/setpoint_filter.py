@@ -64,10 +64,28 @@ class SetpointFilter:
         )
         self.rotation = rotvec_to_matrix(self.angular_velocity * dt) @ self.rotation
 
-    def stopping_point(self) -> np.ndarray:
-        """Where the setpoint comes to rest if braked at full deceleration from its current velocity."""
+    def stopping_point(self, dt: float = 0.001) -> np.ndarray:
+        """Where the setpoint comes to rest if braked now within the speed, acceleration and jerk limits.
+
+        The brake is this filter's own cascade asked for zero velocity, stepped along the direction
+        of motion. ``v^2 / 2a`` alone ignores the time the jerk limit takes to turn the acceleration
+        round, and a target there made the profile overshoot it by ~3 mm and come back.
+        """
         speed = float(np.linalg.norm(self.velocity))
-        return self.position + self.velocity * speed / (2.0 * self.config.max_accel_mps2)
+        if speed == 0.0:
+            return self.position.copy()
+        direction = self.velocity / speed
+        cfg = self.config
+        accel = float(self.acceleration @ direction)
+        distance = 0.0
+        for _ in range(int(10.0 / dt)):  # the brake takes well under a second from full speed
+            desired = max(-cfg.max_accel_mps2, -cfg.velocity_gain * speed)
+            accel += min(max(desired - accel, -cfg.max_jerk_mps3 * dt), cfg.max_jerk_mps3 * dt)
+            speed += accel * dt
+            if speed <= 1e-4:  # the cascade's tail decays (what is left is under 5 µm)
+                break
+            distance += speed * dt
+        return self.position + direction * distance
 
     def stop_at(self, position: np.ndarray, rotation: np.ndarray) -> None:
         self.position, self.rotation = position.copy(), rotation.copy()
