@@ -169,10 +169,12 @@ def rl(
     surrogate: dict | None = None,
     group_size: int = 4,
     grpo_options: dict | None = None,
+    anneal_lr: bool = False,
 ) -> dict:
     """Train ``policy`` (a copy of the SFT start) with GRPO or PPO for ``minutes`` of wall time in
     ``rl_venv`` (the RL reward), then score it greedily in ``eval_venv``. ``surrogate``: the clipped
-    objective's options (``ratio_level``, ``clip_coef_high``) for either algorithm."""
+    objective's options (``ratio_level``, ``clip_coef_high``) for either algorithm. ``anneal_lr``:
+    every step size falls linearly to 0 over the budget (CleanRL's ``anneal_lr``)."""
     lr, surrogate = learning_rate or RL_LEARNING_RATE[head], surrogate or {}
     if name == "grpo":
         algorithm = GRPO(
@@ -199,8 +201,14 @@ def rl(
                 **surrogate,
             ),
         )
-    deadline, iteration, steps, collect_s, update_s, curve = time.monotonic() + 60 * minutes, 0, 0, [], [], []
+    start_lrs = [group["lr"] for group in algorithm.optimizer.param_groups]
+    started = time.monotonic()
+    deadline, iteration, steps, collect_s, update_s, curve = started + 60 * minutes, 0, 0, [], [], []
     while time.monotonic() < deadline:
+        if anneal_lr:
+            scale = annealed_fraction(time.monotonic() - started, 60 * minutes)
+            for group, start_lr in zip(algorithm.optimizer.param_groups, start_lrs, strict=True):
+                group["lr"] = start_lr * scale
         tick = time.perf_counter()
         result = algorithm.iterate(rl_venv, seed=TRAIN_SEED_STRIDE * seed + 1000 * iteration)
         total = time.perf_counter() - tick
@@ -222,6 +230,11 @@ def rl(
         **evaluate(policy, eval_venv, eval_episodes),
         **flow_scores(policy, eval_venv, eval_episodes),
     }
+
+
+def annealed_fraction(elapsed_s: float, budget_s: float) -> float:
+    """The share of the starting step size left ``elapsed_s`` into a ``budget_s`` run: 1 -> 0, linear."""
+    return min(1.0, max(0.0, 1.0 - elapsed_s / budget_s))
 
 
 def rollout_throughput(policy, venv, decisions: int = 20) -> dict[str, float]:
@@ -403,6 +416,11 @@ def main() -> None:
     )
     parser.add_argument("--group-size", type=int, default=4, help="GRPO: envs per group (of --num-envs)")
     parser.add_argument(
+        "--anneal-lr",
+        action="store_true",
+        help="RL's step sizes fall linearly to 0 over --rl-minutes (CleanRL's anneal_lr)",
+    )
+    parser.add_argument(
         "--no-group-std",
         action="store_true",
         help="GRPO: advantages R - mean, not divided by the group's std",
@@ -470,7 +488,7 @@ def main() -> None:
                      "ratio_level": args.ratio_level, "clip_high": args.clip_high, "group_size": args.group_size,
                      "group_std": not args.no_group_std, "flow_sde_steps": args.flow_sde_steps,
                      "flow_noise_method": args.flow_noise_method, "drop_uniform_groups": args.drop_uniform_groups,
-                     "rl_train_expert_only": args.rl_train_expert_only, "sft_start": args.sft_start, "heads": {}}  # fmt: skip
+                     "rl_train_expert_only": args.rl_train_expert_only, "sft_start": args.sft_start, "anneal_lr": args.anneal_lr, "heads": {}}  # fmt: skip
     if args.sft_start:  # what the start was made from, not what the command line says
         results.update({key: start_made_by[key] for key in ("demos", "demo_noise", "sft_updates", "sft_lr")})
         results["sft_seed"] = start_made_by["seed"]
@@ -542,6 +560,7 @@ def main() -> None:
                     "scale_by_group_std": not args.no_group_std,
                     "drop_uniform_groups": args.drop_uniform_groups,
                 },
+                args.anneal_lr,
             )
             record[name]["gain_points"] = 100 * (record[name]["success"] - record["sft"]["success"])
             print(f"{head} {name}: success {record[name]['success']:.3f} (SFT {record['sft']['success']:.3f})",

@@ -5,9 +5,12 @@ RL from the SFT starts kept beside the recorded results."""
 from __future__ import annotations
 
 import importlib.util
+import itertools
 import json
 import sys
+import time
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 import torch
@@ -116,3 +119,34 @@ def test_a_trained_start_records_how_it_was_made(tmp_path):
     assert bench.kept_start_made_by(tmp_path / "start", "pi05", TASK, "privileged", 4) == made_by
     with pytest.raises(ValueError, match="made for chunk 4, this run asks for 8"):
         bench.kept_start_made_by(tmp_path / "start", "pi05", TASK, "privileged", 8)
+
+
+@pytest.mark.parametrize("anneal", [False, True])
+def test_anneal_lr_lowers_every_step_size_to_zero_over_the_budget(monkeypatch, anneal):
+    bench = load_benchmark()
+    seen: list[list[float]] = []
+
+    class Recording:  # stands in for GRPO: one parameter group per policy and value, as PPO has
+        def __init__(self, policy, config):
+            params = [torch.nn.Parameter(torch.zeros(1)), torch.nn.Parameter(torch.zeros(1))]
+            self.optimizer = torch.optim.Adam(
+                [{"params": params[:1]}, {"params": params[1:], "lr": 2 * config.learning_rate}],
+                lr=config.learning_rate,
+            )
+
+        def iterate(self, venv, seed):
+            seen.append([group["lr"] for group in self.optimizer.param_groups])
+            time.sleep(0.05)
+            return SimpleNamespace(metrics={"collect_s": 0.0}, env_steps=1, finished=[])
+
+    monkeypatch.setattr(bench, "GRPO", Recording)
+    monkeypatch.setattr(bench, "evaluate", lambda *args: {})
+    monkeypatch.setattr(bench, "flow_scores", lambda *args: {})
+    bench.rl("grpo", None, None, None, "pi05", 0.02, 1, 0, learning_rate=1e-4, anneal_lr=anneal)
+    first, last = seen[0], seen[-1]
+    assert len(seen) > 5 and first == pytest.approx([1e-4, 2e-4], rel=0.05)
+    if anneal:  # both groups fall together, each iteration lower, the last one near zero
+        assert all(b[0] < a[0] and b[1] < a[1] for a, b in itertools.pairwise(seen))
+        assert last[0] < 5e-5 and last[1] == pytest.approx(2 * last[0])
+    else:
+        assert all(lrs == [1e-4, 2e-4] for lrs in seen)
