@@ -63,7 +63,8 @@ def test_a_kept_sft_start_loads_whole_into_its_family(start):
     made_by = bench.kept_start_made_by(folder, head, TASK, "privileged", 4)
     assert f"{made_by['state']}{made_by['demos']}_c{made_by['chunk']}" in start  # as its folder is named
     assert f"_{made_by['sft_updates']}x{made_by['sft_lr']:g}_seed{made_by['seed']}" in start
-    assert (f"_dart{made_by['demo_noise']:g}_" in start) == (made_by["demo_noise"] > 0)  # DART demos are named
+    dart = f"_dart{made_by['demo_noise']:g}_"  # a start from DART demos is named for their noise
+    assert (dart in start) == (made_by["demo_noise"] > 0)
     kept, loaded = load_file(str(folder / "model.safetensors")), policy.state_dict()
     assert set(kept) == set(loaded)
     for key, tensor in kept.items():
